@@ -1,0 +1,258 @@
+"""Applying planned steps with an undo record journaled before every write; rollback and status."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tuned_rl.changes import Change, Step
+from tuned_rl.host import Host, TaskGone
+from tuned_rl.journal import Applied, Journal, Record, exclusive_lock
+from tuned_rl.plugin_host import PluginHost
+from tuned_rl.profile import Profile
+from tuned_rl.report import ChangeReport, Report, StepReport
+
+Progress = Callable[[str], None]
+
+NOT_VERIFIED = "not verified: latency verification is not part of this version"
+
+
+class HostError(RuntimeError):
+    """The host could not be changed as planned (exit status 1)."""
+
+
+class StepFailed(RuntimeError):
+    """A write was refused, or did not read back as written."""
+
+
+class RestoredView(Host):
+    """The host as a rollback of ``records`` would leave it: for planning a dry run."""
+
+    def __init__(self, host: Host, records: list[Record]):
+        super().__init__(host.root)
+        self._restored: dict[str, str] = {}
+        for record in records:  # oldest first: the first record of a file holds its original
+            if record.change.kind == "file":
+                self._restored.setdefault(record.change.target, record.change.before)
+
+    def read(self, target: str) -> str:
+        return self._restored[target] if target in self._restored else super().read(target)
+
+
+@dataclass
+class Agent:
+    """Applies a validated profile's plan to ``host``, journaling in ``journal``."""
+
+    plugins: PluginHost
+    host: Host
+    journal: Journal
+    progress: Progress = lambda message: None
+
+    def dry_run(self, profile: Profile) -> Report:
+        """The plan, with nothing written anywhere (no lock, no state directory)."""
+        report = Report(profile.name, dry_run=True)
+        host = self.host
+        if not self.journal.is_empty() and not self._is_stale():
+            applied = self.journal.applied()
+            report.notes.append(f"profile {applied.profile if applied else '?'} is applied: apply would roll "
+                                "it back first; values below are those the rollback restores")
+            host = RestoredView(self.host, self.journal.records())
+        for step in self.plugins.plan(profile, host):
+            outcome = "skipped" if step.skip_reason else "planned" if step.pending_changes else "unchanged"
+            report.steps.append(self._step_report(step, outcome, step.skip_reason or ""))
+        return report
+
+    def apply(self, profile: Profile, verify: bool = True) -> tuple[Report, int]:
+        """Roll back what is applied, then apply each step; returns the report and exit status."""
+        report = Report(profile.name, dry_run=False)
+        with exclusive_lock(self.journal.state_dir):
+            report.notes += self._clear_previous()
+            steps = self.plugins.plan(profile, self.host)
+            self._check_writable(steps)
+            self.journal.begin(Applied(profile.name, str(profile.path), self.host.boot_id(), time.time()))
+            status = 0
+            for index, step in enumerate(steps):
+                if status:
+                    report.steps.append(self._step_report(step, "skipped", "not attempted: an earlier step failed"))
+                    continue
+                self.progress(f"[{index + 1}/{len(steps)}] {self._plugin(step)}: {step.title}")
+                step_report = self._apply_step(index, step, verify)
+                report.steps.append(step_report)
+                status = 1 if step_report.outcome == "failed" else 0
+            self.journal.finish()
+        return report, status
+
+    def rollback(self) -> tuple[dict, int]:
+        """Undo every journaled change, newest first; idempotent. Returns report and exit status."""
+        with exclusive_lock(self.journal.state_dir):
+            applied = self.journal.applied()
+            report = {"profile": applied.profile if applied else None, "changes": [], "stale": None}
+            if self._is_stale():
+                report["stale"] = self._move_stale()
+                return report, 0
+            results = self._undo(self.journal.records())
+            report["changes"] = results
+            self.journal.finish()
+            return report, 1 if any(r["outcome"] == "failed" for r in results) else 0
+
+    def status(self) -> dict:
+        """What the journal says is applied, and whether each value still holds."""
+        applied = self.journal.applied()
+        records = self.journal.records()
+        report = {"profile": applied.profile if applied else None,
+                  "path": applied.path if applied else None,
+                  "applied_at": applied.started if applied else None,
+                  "stale": self._is_stale(), "changes": []}
+        for record in records:
+            report["changes"].append(self._record_status(record, report["stale"]))
+        return report
+
+    # -- one step -------------------------------------------------------------
+
+    def _apply_step(self, index: int, step: Step, verify: bool) -> StepReport:
+        if step.skip_reason:
+            return self._step_report(step, "skipped", step.skip_reason)
+        if not step.pending_changes:
+            return self._step_report(step, "unchanged", "already set")
+        records: list[Record] = []
+        try:
+            for change in step.pending_changes:
+                records.append(self._write_change(index, step, change))
+        except (OSError, StepFailed, TaskGone) as err:
+            self._undo(records)
+            return self._step_report(step, "failed", f"{_describe_error(err)}; step reverted")
+        for record in records:
+            record.state = "done"
+            self.journal.save(record)
+        reason = "applied with --no-verify" if not verify else NOT_VERIFIED
+        return self._step_report(step, "applied", reason, [r.change for r in records])
+
+    def _write_change(self, index: int, step: Step, change: Change) -> Record:
+        # The journal must hold the true original, even if it moved since planning.
+        change = dataclasses.replace(change, before=change.read(self.host))
+        record = self.journal.add(Record(0, self.host.boot_id(), self._plugin(step), step.title, index, change))
+        pause_point("journaled")
+        try:
+            change.write(self.host, change.after)
+        except OSError as err:
+            raise StepFailed(f"{change.label()}: the kernel refused {change.after!r}: {err.strerror}") from err
+        pause_point("written")
+        now = change.read(self.host)
+        if now != change.after:
+            raise StepFailed(f"{change.label()}: wrote {change.after!r} but it reads back {now!r}")
+        return record
+
+    # -- undo -----------------------------------------------------------------
+
+    def _undo(self, records: list[Record]) -> list[dict]:
+        """Restore each record's original value, newest first, dropping it once restored."""
+        results = []
+        for record in reversed(records):
+            results.append(self._undo_one(record))
+            if results[-1]["outcome"] != "failed":
+                self.journal.remove(record)
+        return results
+
+    def _undo_one(self, record: Record) -> dict:
+        change = record.change
+        result = {"plugin": record.plugin, "step": record.step, "target": change.label(),
+                  "before": None, "after": change.before}
+        try:
+            result["before"] = current = change.read(self.host)
+            if current != change.before:
+                change.write(self.host, change.before)
+                if change.read(self.host) != change.before:
+                    raise StepFailed(f"{change.label()} does not read back {change.before!r}")
+            result["outcome"] = "restored" if current != change.before else "unchanged"
+        except TaskGone as err:
+            result.update(outcome="gone", reason=str(err))
+        except (OSError, StepFailed, LookupError) as err:
+            result.update(outcome="failed", reason=_describe_error(err))
+        return result
+
+    # -- helpers --------------------------------------------------------------
+
+    def _clear_previous(self) -> list[str]:
+        if self.journal.is_empty():
+            return []
+        if self._is_stale():
+            return [f"a journal from an earlier boot was not replayed (a reboot reset it); kept in "
+                    f"{self._move_stale()['kept_in']}"]
+        applied = self.journal.applied()
+        name = applied.profile if applied else "an unfinished apply"
+        results = self._undo(self.journal.records())
+        failed = [r for r in results if r["outcome"] == "failed"]
+        if failed:
+            raise HostError(f"could not roll back {name}: {failed[0]['target']}: {failed[0]['reason']}")
+        self.journal.finish()
+        return [f"rolled back previously applied profile {name} first ({len(results)} changes restored)"]
+
+    def _is_stale(self) -> bool:
+        applied, records = self.journal.applied(), self.journal.records()
+        boots = {r.boot_id for r in records} | ({applied.boot_id} if applied else set())
+        return bool(boots) and boots != {self.host.boot_id()}
+
+    def _move_stale(self) -> dict:
+        records = self.journal.records()
+        return {"records": len(records), "boot_ids": sorted({r.boot_id for r in records}),
+                "kept_in": str(self.journal.move_aside())}
+
+    def _record_status(self, record: Record, stale: bool) -> dict:
+        change = record.change
+        row = {"plugin": record.plugin, "step": record.step, "target": change.label(),
+               "before": change.before, "after": change.after, "current": None}
+        if stale:
+            return {**row, "state": "stale"}
+        try:
+            row["current"] = change.read(self.host)
+        except TaskGone:
+            return {**row, "state": "gone"}
+        except (OSError, LookupError) as err:
+            return {**row, "state": "unreadable", "reason": _describe_error(err)}
+        if record.state != "done":
+            return {**row, "state": "interrupted"}
+        return {**row, "state": "holds" if row["current"] == change.after else "drifted"}
+
+    def _check_writable(self, steps: list[Step]) -> None:
+        for step in steps:
+            for change in step.pending_changes:
+                if change.kind == "file" and not self.host.writable(change.target):
+                    raise HostError(f"cannot write {change.target} (not root?); nothing was changed; "
+                                    "`tuned-rl apply --dry-run` shows the plan without root")
+
+    def _plugin(self, step: Step) -> str:
+        return self.plugins.owners.get(step.table, step.table)
+
+    def _step_report(self, step: Step, outcome: str, reason: str, changes: list[Change] | None = None) -> StepReport:
+        shown = changes if changes is not None else (step.pending_changes or step.changes)
+        return StepReport(self._plugin(step), step.title,
+                          [ChangeReport(c.label(), c.before, c.after) for c in shown], outcome, reason)
+
+
+def _describe_error(err: Exception) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.filename or ''}: {err.strerror}".lstrip(": ")
+    return str(err)
+
+
+_pause_counts: dict[str, int] = {}
+
+
+def pause_point(name: str) -> None:
+    """Stop this process (SIGSTOP) at a named point, so a crash test can SIGKILL it there.
+
+    Enabled only by ``TUNED_RL_PAUSE_AT=<name>[:<n>]`` (the n-th time the point is reached).
+    """
+    wanted = os.environ.get("TUNED_RL_PAUSE_AT")
+    if not wanted:
+        return
+    point, _, nth = wanted.partition(":")
+    if point != name:
+        return
+    _pause_counts[name] = _pause_counts.get(name, 0) + 1
+    if _pause_counts[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGSTOP)

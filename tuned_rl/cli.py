@@ -1,0 +1,134 @@
+"""The `tuned-rl` command line: parses arguments, prints reports, sets the exit status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from tuned_rl.agent import Agent, HostError
+from tuned_rl.host import Host
+from tuned_rl.journal import DEFAULT_STATE_DIR, Journal, LockHeld
+from tuned_rl.plugin_host import load_plugins
+from tuned_rl.profile import ProfileError, load_profile
+from tuned_rl.report import format_table
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tuned-rl", description=__doc__)
+    parser.add_argument("--state-dir", default=os.environ.get("TUNED_RL_STATE_DIR", DEFAULT_STATE_DIR),
+                        help="journal and lock directory (env TUNED_RL_STATE_DIR; default %(default)s)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    apply = commands.add_parser("apply", help="plan, then apply each step of a profile")
+    apply.add_argument("profile", help="profile file (TOML)")
+    apply.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    apply.add_argument("--no-verify", action="store_true", help="apply without latency verification")
+    for name, text in [("rollback", "undo everything the journal holds, newest first"),
+                       ("status", "what is applied, and whether it drifted"),
+                       ("plugins", "loaded plugins and the tables they own")]:
+        commands.add_parser(name, help=text)
+    for sub in commands.choices.values():
+        sub.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+        sub.add_argument("--state-dir", default=argparse.SUPPRESS, help="as before the command")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # TUNED_RL_HOST_ROOT points every /proc and /sys access at another tree (tests).
+    host = Host(os.environ.get("TUNED_RL_HOST_ROOT", "/"))
+    plugins = load_plugins()
+    for failure in plugins.failures:
+        print(f"tuned-rl: plugin {failure.name} failed to load: {failure.error}", file=sys.stderr)
+    agent = Agent(plugins, host, Journal(args.state_dir), progress=_progress_printer())
+    try:
+        return COMMANDS[args.command](agent, args)
+    except LockHeld as err:
+        print(f"tuned-rl: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except HostError as err:
+        print(f"tuned-rl: {err}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def cmd_apply(agent: Agent, args) -> int:
+    try:
+        profile = load_profile(args.profile)
+        problems = agent.plugins.validate(profile, agent.host)
+    except ProfileError as err:
+        problems = err.messages
+    if problems:
+        for message in problems:
+            print(f"tuned-rl: {message}", file=sys.stderr)
+        print("tuned-rl: the profile was rejected; nothing was changed", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.dry_run:
+        report, status = agent.dry_run(profile), EXIT_OK
+    else:
+        report, status = agent.apply(profile, verify=not args.no_verify)
+    print(report.to_json() if args.json else report.to_text())
+    return status
+
+
+def cmd_rollback(agent: Agent, args) -> int:
+    report, status = agent.rollback()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    elif report["stale"]:
+        stale = report["stale"]
+        print(f"{stale['records']} journaled changes are from an earlier boot: the reboot already reset "
+              f"them, so they were not replayed; kept in {stale['kept_in']}")
+    elif not report["changes"]:
+        print("nothing to roll back")
+    else:
+        print(f"rolled back {report['profile'] or 'an unfinished apply'}")
+        rows = [(r["target"], r["outcome"], f"{r['before']} -> {r['after']}" + (f"  ({r['reason']})"
+                 if r.get("reason") else "")) for r in report["changes"]]
+        print("\n".join(format_table(("TARGET", "OUTCOME", "NOW -> RESTORED"), rows)))
+    return status
+
+
+def cmd_status(agent: Agent, args) -> int:
+    report = agent.status()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    if report["profile"] is None and not report["changes"]:
+        print("nothing applied")
+        return EXIT_OK
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report["applied_at"])) if report["applied_at"] else "?"
+    boot = "an earlier boot: a reboot reset these values" if report["stale"] else "this boot"
+    print(f"profile {report['profile']} ({report['path']}) applied {when}, {boot}")
+    rows = [(r["target"], r["before"], r["after"], str(r["current"]), r["state"]) for r in report["changes"]]
+    print("\n".join(format_table(("TARGET", "ORIGINAL", "APPLIED", "NOW", "STATE"), rows)))
+    return EXIT_OK
+
+
+def cmd_plugins(agent: Agent, args) -> int:
+    listing = agent.plugins.plugin_tables()
+    failures = {f.name: f.error for f in agent.plugins.failures}
+    if args.json:
+        print(json.dumps({"plugins": [{"name": n, "tables": t} for n, t in listing.items()],
+                          "failed": [{"name": n, "error": e} for n, e in failures.items()]}, indent=2))
+        return EXIT_OK
+    rows = [(name, ", ".join(f"[{t}]" for t in tables), "loaded") for name, tables in listing.items()]
+    rows += [(name, "", f"failed: {error}") for name, error in failures.items()]
+    print("\n".join(format_table(("PLUGIN", "TABLES", "STATE"), rows)))
+    return EXIT_OK
+
+
+COMMANDS = {"apply": cmd_apply, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins}
+
+
+def _progress_printer():
+    if not sys.stderr.isatty():
+        return lambda message: None
+    return lambda message: print(f"tuned-rl: {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The hooks a tuned-rl plugin implements: every one is documented here."""
+
+from __future__ import annotations
+
+import pluggy
+
+from tuned_rl.changes import Step
+from tuned_rl.host import Host
+from tuned_rl.profile import Profile
+from tuned_rl.schema import Problem, Table
+
+hookspec = pluggy.HookspecMarker("tuned_rl")
+
+
+@hookspec
+def tuned_rl_tables() -> list[Table]:
+    """Declare the profile tables this plugin owns, with every key's type and range.
+
+    The core rejects a profile holding a table no plugin owns, a key a table does
+    not declare, and a value of the wrong type or out of range, before any plugin
+    is asked to plan. A table name may be owned by one plugin only.
+
+    :return: the plugin's tables (usually one, named like the plugin's module).
+    """
+
+
+@hookspec
+def tuned_rl_validate(profile: Profile, host: Host) -> list[Problem] | None:
+    """Check what a key-by-key declaration cannot: relations between keys and
+    facts of the host (a named cgroup exists, runtime <= period).
+
+    Called only for a profile whose tables already passed their declarations, so
+    values have the declared types. Must not change the host.
+
+    :param profile: the whole merged profile; read your own table with ``profile.get(name)``.
+    :param host: read-only use: where the values will be written.
+    :return: problems, each with a dotted key (``"rt_runtime.cgroup"``); None or [] if none.
+    """
+
+
+@hookspec
+def tuned_rl_plan(profile: Profile, host: Host) -> list[Step] | None:
+    """Plan this plugin's steps: read the host, return the changes. No writes.
+
+    The core journals each change's ``before`` durably, writes ``after``, reads it
+    back, and undoes the step (changes in reverse order) if any write fails. A step
+    with nothing to change is reported as "unchanged"; a step that cannot apply on
+    this host sets ``skip_reason`` and is reported as "skipped".
+
+    :param profile: the whole merged, validated profile.
+    :param host: where to read current values.
+    :return: steps in the order to apply them; None or [] if the profile has no table of yours.
+    """

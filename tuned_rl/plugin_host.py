@@ -1,0 +1,118 @@
+"""Loading plugins from the ``tuned_rl`` entry-point group and calling their hooks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+
+import pluggy
+
+from tuned_rl import hookspec
+from tuned_rl.changes import Step
+from tuned_rl.host import Host
+from tuned_rl.profile import PROFILE_TABLE, Profile
+from tuned_rl.schema import Problem, Table
+
+ENTRY_POINT_GROUP = "tuned_rl"
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A plugin that could not be used, and why."""
+
+    name: str
+    error: str
+
+
+@dataclass
+class PluginHost:
+    """The loaded plugins, the tables they own, and the ones that failed to load."""
+
+    manager: pluggy.PluginManager
+    tables: dict[str, Table] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)  # table -> plugin name
+    failures: list[LoadFailure] = field(default_factory=list)
+
+    def plugin_tables(self) -> dict[str, list[str]]:
+        """Plugin name -> the tables it owns, for ``tuned-rl plugins``."""
+        listing: dict[str, list[str]] = {name: [] for name, _ in self.manager.list_name_plugin()}
+        for table, owner in self.owners.items():
+            listing[owner].append(table)
+        return listing
+
+    def validate(self, profile: Profile, host: Host) -> list[str]:
+        """Every problem of ``profile``, as "file: key: message"; [] if it is usable."""
+        problems = PROFILE_TABLE.check(profile.tables.get("profile", {}))
+        for name, values in profile.tables.items():
+            if name == "profile":
+                continue
+            if name in self.tables:
+                problems += self.tables[name].check(values)
+            else:
+                problems.append(Problem(name, self._unknown_table(name)))
+        if not problems:
+            for found in self.manager.hook.tuned_rl_validate(profile=profile, host=host):
+                problems += found or []
+        return [profile.describe(p) for p in problems]
+
+    def plan(self, profile: Profile, host: Host) -> list[Step]:
+        """All plugins' steps, ordered as their tables appear in the profile."""
+        steps = [s for found in self.manager.hook.tuned_rl_plan(profile=profile, host=host) for s in found or []]
+        order = {name: index for index, name in enumerate(profile.tables)}
+        return sorted(steps, key=lambda step: order.get(step.table, len(order)))
+
+    def _unknown_table(self, name: str) -> str:
+        message = f"unknown table [{name}] (known: {', '.join(sorted(self.tables)) or 'none'})"
+        failed = ", ".join(f.name for f in self.failures)
+        return message + (f"; plugins that failed to load: {failed}" if failed else "")
+
+
+def load_plugins(extra: tuple = ()) -> PluginHost:
+    """Register every ``tuned_rl`` entry point (and ``extra`` (name, module) pairs).
+
+    A plugin that fails to import, or declares a table another plugin owns, is
+    recorded in ``failures`` and left out; the others still load.
+    """
+    manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
+    manager.add_hookspecs(hookspec)
+    plugin_host = PluginHost(manager)
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        if manager.has_plugin(entry_point.name):
+            continue  # the same distribution seen twice on sys.path
+        try:
+            plugin = entry_point.load()
+        except Exception as err:  # any import error must not take the other plugins down
+            plugin_host.failures.append(LoadFailure(entry_point.name, f"{type(err).__name__}: {err}"))
+            continue
+        _register(plugin_host, entry_point.name, plugin)
+    for name, plugin in extra:
+        _register(plugin_host, name, plugin)
+    return plugin_host
+
+
+def _register(plugin_host: PluginHost, name: str, plugin) -> None:
+    manager = plugin_host.manager
+    try:
+        manager.register(plugin, name=name)
+        manager.check_pending()  # a misspelled hook name fails here, loudly
+        tables = _tables_of(manager, name)
+    except Exception as err:
+        if manager.is_registered(plugin):
+            manager.unregister(plugin)
+        plugin_host.failures.append(LoadFailure(name, f"{type(err).__name__}: {err}"))
+        return
+    clash = [t.name for t in tables if t.name in plugin_host.owners or t.name == "profile"]
+    if clash:
+        manager.unregister(plugin)
+        plugin_host.failures.append(LoadFailure(name, f"table [{clash[0]}] is already owned"))
+        return
+    for table in tables:
+        plugin_host.tables[table.name] = table
+        plugin_host.owners[table.name] = name
+
+
+def _tables_of(manager: pluggy.PluginManager, name: str) -> list[Table]:
+    caller = manager.subset_hook_caller(
+        "tuned_rl_tables", remove_plugins=[p for n, p in manager.list_name_plugin() if n != name]
+    )
+    return [t for found in caller() for t in found or []]

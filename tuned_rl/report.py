@@ -1,0 +1,79 @@
+"""What `apply` and `rollback` did, as the stable JSON report and as a table for people."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+OUTCOMES = ("planned", "unchanged", "applied", "kept", "reverted", "failed", "skipped", "inconclusive")
+
+
+@dataclass
+class ChangeReport:
+    target: str
+    before: str
+    after: str
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "before": self.before, "after": self.after}
+
+
+@dataclass
+class StepReport:
+    plugin: str
+    step: str
+    changes: list[ChangeReport]
+    outcome: str
+    reason: str = ""
+    before: dict | None = None  # latency figures, once a probe measured the step
+    after: dict | None = None
+
+    def to_dict(self) -> dict:
+        data = {"plugin": self.plugin, "step": self.step,
+                "changes": [c.to_dict() for c in self.changes],
+                "outcome": self.outcome, "reason": self.reason}
+        if self.before is not None:
+            data["before"], data["after"] = self.before, self.after
+        return data
+
+
+@dataclass
+class Report:
+    profile: str
+    dry_run: bool
+    steps: list[StepReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # things said before the steps ran
+
+    def to_dict(self) -> dict:
+        return {"profile": self.profile, "dry_run": self.dry_run,
+                "notes": self.notes, "steps": [s.to_dict() for s in self.steps]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_text(self) -> str:
+        title = f"profile {self.profile}" + (" (dry run: nothing was changed)" if self.dry_run else "")
+        lines = [title, *(f"  note: {n}" for n in self.notes)]
+        lines += format_table(
+            ("STEP", "OUTCOME", "CHANGE"),
+            [row for step in self.steps for row in _step_rows(step)],
+        )
+        return "\n".join(lines)
+
+
+def _step_rows(step: StepReport) -> list[tuple[str, str, str]]:
+    name = f"{step.plugin}: {step.step}"
+    changes = [f"{c.target}: {c.before} -> {c.after}" for c in step.changes]
+    rows = [(name if i == 0 else "", step.outcome if i == 0 else "", text) for i, text in enumerate(changes)]
+    if not rows:
+        rows = [(name, step.outcome, "")]
+    if step.reason:
+        rows.append(("", "", f"({step.reason})"))
+    return rows
+
+
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """Left-aligned columns, the last one left ragged."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip()
+            for row in [header, *rows]]
