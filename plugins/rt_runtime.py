@@ -106,7 +106,7 @@ def _check_cgroup(host, config: dict) -> list[Problem]:
     global_runtime = config.get("global_runtime_us", int(host.read(GLOBAL_RUNTIME)))
     top = _ancestor_budgets(host, mount, config["cgroup"], runtime)[0]
     root_need = _children_need(host, mount, skip=top[0]) + _ratio(host, top[0], int(top[2]))
-    if root_need > _budget(global_runtime) / int(host.read(GLOBAL_PERIOD)):
+    if global_runtime != UNLIMITED and root_need > Fraction(global_runtime, int(host.read(GLOBAL_PERIOD))):
         problems.append(Problem("rt_runtime.cgroup_runtime_us",
                                 f"{runtime} needs more than the global RT budget {global_runtime} leaves "
                                 "for cgroups; raise global_runtime_us"))

@@ -121,7 +121,8 @@ class Agent:
         records: list[Record] = []
         try:
             for change in step.pending_changes:
-                records.append(self._write_change(index, step, change))
+                records.append(self._journal_change(index, step, change))
+                self._write_change(records[-1].change)
         except (OSError, StepFailed, TaskGone) as err:
             self._undo(records)
             return self._step_report(step, "failed", f"{_describe_error(err)}; step reverted")
@@ -131,11 +132,14 @@ class Agent:
         reason = "applied with --no-verify" if not verify else NOT_VERIFIED
         return self._step_report(step, "applied", reason, [r.change for r in records])
 
-    def _write_change(self, index: int, step: Step, change: Change) -> Record:
+    def _journal_change(self, index: int, step: Step, change: Change) -> Record:
         # The journal must hold the true original, even if it moved since planning.
         change = dataclasses.replace(change, before=change.read(self.host))
         record = self.journal.add(Record(0, self.host.boot_id(), self._plugin(step), step.title, index, change))
         pause_point("journaled")
+        return record
+
+    def _write_change(self, change: Change) -> None:
         try:
             change.write(self.host, change.after)
         except OSError as err:
@@ -144,7 +148,6 @@ class Agent:
         now = change.read(self.host)
         if now != change.after:
             raise StepFailed(f"{change.label()}: wrote {change.after!r} but it reads back {now!r}")
-        return record
 
     # -- undo -----------------------------------------------------------------
 
@@ -165,6 +168,7 @@ class Agent:
             result["before"] = current = change.read(self.host)
             if current != change.before:
                 change.write(self.host, change.before)
+                pause_point("restored")
                 if change.read(self.host) != change.before:
                     raise StepFailed(f"{change.label()} does not read back {change.before!r}")
             result["outcome"] = "restored" if current != change.before else "unchanged"

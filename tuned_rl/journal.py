@@ -94,8 +94,9 @@ class Journal:
 
     def add(self, record: Record) -> Record:
         """Assign the next sequence number and write the record durably."""
-        existing = self.records()
-        record.seq = (existing[-1].seq + 1) if existing else 1
+        self.directory.mkdir(parents=True, exist_ok=True)
+        numbers = [int(p.stem) for p in self.directory.glob("[0-9]*.json")]
+        record.seq = max(numbers, default=0) + 1
         self.save(record)
         return record
 

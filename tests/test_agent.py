@@ -1,0 +1,234 @@
+"""apply / rollback / status on a temporary host tree: journaling, read-back, drift, stale boots."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tuned_rl import Change, Key, Step, Table, hookimpl
+from tuned_rl.agent import Agent
+from tuned_rl.host import Host
+from tuned_rl.journal import Journal
+from tuned_rl.plugin_host import load_plugins
+from tuned_rl.profile import load_profile
+
+from conftest import CPU_MOUNT
+
+RT = "/proc/sys/kernel/sched_rt_runtime_us"
+RL = f"{CPU_MOUNT}/rl/cpu.rt_runtime_us"
+RAISE_RL = '[rt_runtime]\nglobal_runtime_us = 960000\ncgroup = "rl"\ncgroup_runtime_us = 950000\n'
+
+
+def test_apply_changes_the_values_and_rollback_restores_them(tree, cli, profile_file):
+    tree.cgroup("rl", runtime=500000)
+    original = tree.snapshot()
+    status, out, _ = cli("apply", profile_file(RAISE_RL), "--json")
+    assert status == 0
+    report = json.loads(out)
+    assert [s["outcome"] for s in report["steps"]] == ["applied", "applied"]
+    assert report["steps"][1]["changes"] == [{"target": RL, "before": "500000", "after": "950000"}]
+    assert tree.get(RT) == "960000" and tree.get(RL) == "950000"
+    status, out, _ = cli("rollback", "--json")
+    assert status == 0 and [c["outcome"] for c in json.loads(out)["changes"]] == ["restored", "restored"]
+    assert tree.snapshot() == original
+
+
+def test_status_tells_what_is_applied_and_what_drifted(tree, cli, profile_file):
+    tree.cgroup("rl", runtime=500000)
+    assert cli("status")[1].strip() == "nothing applied"
+    cli("apply", profile_file(RAISE_RL))
+    status = json.loads(cli("status", "--json")[1])
+    assert status["profile"] == "p" and [c["state"] for c in status["changes"]] == ["holds", "holds"]
+    tree.set(RL, "400000")  # somebody else changed it
+    rows = {c["target"]: c for c in json.loads(cli("status", "--json")[1])["changes"]}
+    assert rows[RL]["state"] == "drifted" and rows[RL]["current"] == "400000"
+    assert "drifted" in cli("status")[1]
+    cli("rollback")
+    assert json.loads(cli("status", "--json")[1]) == {"profile": None, "path": None, "applied_at": None,
+                                                      "stale": False, "changes": []}
+    assert tree.get(RL) == "500000"
+
+
+def test_rollback_is_idempotent(tree, cli, profile_file):
+    cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
+    assert cli("rollback")[0] == 0
+    status, out, _ = cli("rollback")
+    assert status == 0 and out.strip() == "nothing to roll back"
+    assert tree.get(RT) == "950000"
+
+
+def test_rollback_restores_the_original_even_after_drift(tree, cli, profile_file):
+    cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
+    tree.set(RT, "123")
+    cli("rollback")
+    assert tree.get(RT) == "950000"
+
+
+def test_dry_run_writes_nothing_anywhere(tree, cli, profile_file, state_dir):
+    tree.cgroup("rl", runtime=500000)
+    before = tree.snapshot()
+    status, out, _ = cli("apply", profile_file(RAISE_RL), "--dry-run", "--json")
+    report = json.loads(out)
+    assert status == 0 and report["dry_run"] is True
+    assert [s["outcome"] for s in report["steps"]] == ["planned", "planned"]
+    assert report["steps"][0]["changes"] == [{"target": RT, "before": "950000", "after": "960000"}]
+    assert tree.snapshot() == before and not state_dir.exists()
+
+
+def test_a_value_already_set_is_unchanged_and_not_journaled(tree, cli, profile_file, state_dir):
+    status, out, _ = cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 950000\n"), "--json")
+    assert json.loads(out)["steps"][0]["outcome"] == "unchanged"
+    assert Journal(state_dir).records() == []
+
+
+def test_applying_another_profile_rolls_the_old_one_back_first(tree, cli, profile_file):
+    tree.cgroup("rl", runtime=500000)
+    cli("apply", profile_file(RAISE_RL, "first.toml"))
+    dry = json.loads(cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"), "--dry-run",
+                         "--json")[1])
+    assert "first is applied" in dry["notes"][0]
+    assert dry["steps"][0]["changes"][0]["before"] == "950000"  # what the rollback would restore
+    status, out, _ = cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
+    assert status == 0 and "rolled back previously applied profile first" in out
+    assert tree.get(RL) == "500000" and tree.get(RT) == "900000"
+    cli("rollback")
+    assert tree.get(RT) == "950000"
+
+
+def test_human_output_is_a_table_of_target_before_after(tree, cli, profile_file):
+    tree.cgroup("rl", runtime=500000)
+    out = cli("apply", profile_file(RAISE_RL), "--no-verify")[1]
+    assert out.splitlines()[1].split() == ["STEP", "OUTCOME", "CHANGE"]
+    assert f"{RL}: 500000 -> 950000" in out and "applied with --no-verify" in out
+
+
+def test_records_of_an_earlier_boot_are_reported_not_replayed(tree, cli, profile_file, state_dir):
+    cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
+    tree.set("/proc/sys/kernel/random/boot_id", "99999999-new-boot")
+    tree.set(RT, "950000")  # what the reboot did
+    assert "earlier boot" in cli("status")[1]
+    tree.set(RT, "940000")  # set by someone after the reboot: not ours to undo
+    status, out, _ = cli("rollback")
+    assert status == 0 and "earlier boot" in out and "not replayed" in out
+    assert tree.get(RT) == "940000"
+    assert Journal(state_dir).is_empty() and list((state_dir / "stale").iterdir())
+    assert cli("status")[1].strip() == "nothing applied"
+
+
+class RefusingHost(Host):
+    """A host whose kernel silently keeps the old value of one file."""
+
+    def __init__(self, root, refused):
+        super().__init__(root)
+        self.refused = refused
+
+    def write(self, target, value):
+        if target != self.refused:
+            super().write(target, value)
+
+
+def test_a_value_that_does_not_read_back_fails_the_step_and_reverts_it(tree, profile_file, state_dir):
+    tree.cgroup("ray", runtime=100000)
+    tree.cgroup("ray/actors", runtime=100000)
+    refused = f"{CPU_MOUNT}/ray/actors/cpu.rt_runtime_us"
+    agent = Agent(load_plugins(), RefusingHost(tree.root, refused), Journal(state_dir))
+    profile = load_profile(profile_file('[rt_runtime]\ncgroup = "ray/actors"\ncgroup_runtime_us = 400000\n'
+                                        'global_runtime_us = 900000\n'))
+    before = tree.snapshot()
+    report, status = agent.apply(profile)
+    assert status == 1
+    failed = report.steps[0]
+    assert failed.outcome == "failed" and "reads back '100000'" in failed.reason and "reverted" in failed.reason
+    assert report.steps[1].outcome == "skipped"
+    assert tree.snapshot() == before  # the parent raised for it was put back
+    assert Journal(state_dir).records() == []
+
+
+class EinvalHost(Host):
+    """A host whose kernel refuses one file's new value with EINVAL, as sysfs does."""
+
+    def write(self, target, value):
+        if target == RT:
+            raise OSError(22, "Invalid argument", str(self.path(target)))
+        super().write(target, value)
+
+
+def test_a_write_the_kernel_refuses_fails_the_step_and_stops_the_run(tree, profile_file, state_dir):
+    tree.cgroup("rl", runtime=500000)
+    agent = Agent(load_plugins(), EinvalHost(tree.root), Journal(state_dir))
+    before = tree.snapshot()
+    report, status = agent.apply(load_profile(profile_file(RAISE_RL)))
+    assert status == 1
+    assert [s.outcome for s in report.steps] == ["failed", "skipped"]
+    assert "refused '960000': Invalid argument" in report.steps[0].reason
+    assert tree.snapshot() == before and Journal(state_dir).records() == []
+
+
+# -- process undo records ---------------------------------------------------------
+
+class PinPlugin:
+    """A throw-away plugin pinning one process to CPU 0 (process-kind undo records)."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    @hookimpl
+    def tuned_rl_tables(self):
+        return [Table("pin", "test", {"cpu": Key(int, "cpu")})]
+
+    @hookimpl
+    def tuned_rl_plan(self, profile, host):
+        task = host.task(self.pid)
+        return [Step("pin", "pin the canary", [Change("affinity", "", host.get_affinity(task), "0", task)])]
+
+
+@pytest.fixture
+def sleeper():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield child
+    child.kill()
+    child.wait()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_process_changes_are_journaled_and_undone(sleeper, profile_file, state_dir):
+    plugins = load_plugins(extra=[("pin", PinPlugin(sleeper.pid))])
+    agent = Agent(plugins, Host(), Journal(state_dir))
+    original = os.sched_getaffinity(sleeper.pid)
+    report, status = agent.apply(load_profile(profile_file("[pin]\ncpu = 0\n")))
+    assert status == 0 and report.steps[0].outcome == "applied"
+    assert report.steps[0].changes[0].target.startswith(f"pid {sleeper.pid} (python")
+    assert report.steps[0].changes[0].target.endswith(") affinity")
+    assert os.sched_getaffinity(sleeper.pid) == {0}
+    assert agent.status()["changes"][0]["state"] == "holds"
+    result, status = agent.rollback()
+    assert status == 0 and result["changes"][0]["outcome"] == "restored"
+    assert os.sched_getaffinity(sleeper.pid) == original
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_process_that_exited_is_reported_gone_not_touched(sleeper, profile_file, state_dir):
+    agent = Agent(load_plugins(extra=[("pin", PinPlugin(sleeper.pid))]), Host(), Journal(state_dir))
+    agent.apply(load_profile(profile_file("[pin]\ncpu = 0\n")))
+    sleeper.kill()
+    sleeper.wait()
+    assert agent.status()["changes"][0]["state"] == "gone"
+    result, status = agent.rollback()
+    assert status == 0 and result["changes"][0]["outcome"] == "gone"
+    assert Journal(state_dir).is_empty()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_reused_pid_is_never_touched(sleeper, profile_file, state_dir):
+    agent = Agent(load_plugins(extra=[("pin", PinPlugin(sleeper.pid))]), Host(), Journal(state_dir))
+    agent.apply(load_profile(profile_file("[pin]\ncpu = 0\n")))
+    journal = Journal(state_dir)
+    record = journal.records()[0]
+    impostor = record.change.task.__class__(record.change.task.pid, record.change.task.start_time - 1, "old")
+    record.change = record.change.__class__("affinity", "", "0-1", "0", impostor)
+    journal.save(record)  # as if the journaled process had exited and its pid were reused
+    result, _ = agent.rollback()
+    assert result["changes"][0]["outcome"] == "gone"
+    assert os.sched_getaffinity(sleeper.pid) == {0}  # the live process kept what it has

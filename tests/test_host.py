@@ -1,0 +1,70 @@
+"""The host object: paths stay below its root, cgroup mounts, task identity, CPU lists."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tuned_rl.host import Host, Task, TaskGone, format_cpu_list, parse_cpu_list
+
+
+def test_paths_resolve_below_the_root(tree):
+    assert tree.host.path("/proc/sys/vm/swappiness") == tree.root / "proc/sys/vm/swappiness"
+    assert tree.host.read("/proc/sys/vm/swappiness") == "60"
+
+
+@pytest.mark.parametrize("target", ["proc/sys/vm/swappiness", "/sys/fs/cgroup/cpu/../../../etc/passwd"])
+def test_paths_that_could_escape_the_root_are_refused(tree, target):
+    with pytest.raises(ValueError):
+        tree.host.path(target)
+
+
+def test_write_replaces_the_value(tree):
+    tree.host.write("/proc/sys/vm/swappiness", "10")
+    assert tree.get("/proc/sys/vm/swappiness") == "10"
+
+
+def test_cgroup_v1_mount_is_found_by_controller(tree):
+    assert tree.host.cgroup_v1_mount("cpu") == "/sys/fs/cgroup/cpu"
+    assert tree.host.cgroup_v1_mount("memory") is None
+
+
+def test_a_task_is_its_pid_and_start_time():
+    me = Host().task(os.getpid())
+    assert me.pid == os.getpid() and me.start_time > 0
+    Host().check_task(me)
+    with pytest.raises(TaskGone):
+        Host().check_task(Task(me.pid, me.start_time + 1))
+
+
+def test_a_task_that_exited_is_gone():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    task = Host().task(child.pid)
+    child.wait()
+    with pytest.raises(TaskGone):
+        Host().get_affinity(task)
+
+
+def test_affinity_reads_and_writes_as_a_cpu_list():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        task = Host().task(child.pid)
+        Host().set_affinity(task, "0")
+        assert Host().get_affinity(task) == "0"
+        assert os.sched_getaffinity(child.pid) == {0}
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("text, cpus", [("0", {0}), ("0-2,5", {0, 1, 2, 5}), ("3,1", {1, 3})])
+def test_cpu_lists_round_trip(text, cpus):
+    assert parse_cpu_list(text) == cpus
+    assert parse_cpu_list(format_cpu_list(cpus)) == cpus
+
+
+@pytest.mark.parametrize("text", ["", "a", "1-", "-1", "1,,2"])
+def test_bad_cpu_lists_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_cpu_list(text)
