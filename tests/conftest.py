@@ -1,63 +1,14 @@
-"""Fixtures: a temporary host tree shaped like this VM's /proc and cgroupfs, and CLI runners."""
+"""Fixtures shared by the unit and kernel tests."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tuned_rl.cli import main
-from tuned_rl.host import Host
 
-CPU_MOUNT = "/sys/fs/cgroup/cpu"
-MOUNTS_V1 = f"""\
-cgroup {CPU_MOUNT} cgroup rw,relatime,cpu 0 0
-cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0
-cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
-"""
-MOUNTS_V2_ONLY = "cgroup2 /sys/fs/cgroup cgroup2 rw,relatime 0 0\n"
-
-
-class HostTree:
-    """A temporary host root with the files tuned-rl reads and writes."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.host = Host(root)
-        self.set("/proc/sys/kernel/random/boot_id", "11111111-2222-3333-4444-555555555555")
-        self.set("/proc/sys/kernel/sched_rt_runtime_us", "950000")
-        self.set("/proc/sys/kernel/sched_rt_period_us", "1000000")
-        self.set("/proc/sys/vm/swappiness", "60")
-        self.set("/proc/self/mounts", MOUNTS_V1)
-        self.set(f"{CPU_MOUNT}/cpu.rt_runtime_us", "950000")
-        self.set(f"{CPU_MOUNT}/cpu.rt_period_us", "1000000")
-
-    def set(self, target: str, value: str) -> None:
-        path = self.host.path(target)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(value + "\n")
-
-    def get(self, target: str) -> str:
-        return self.host.read(target)
-
-    def cgroup(self, name: str, runtime: int = 0, period: int = 1000000) -> str:
-        """Make a cpu cgroup (and missing parents, at budget 0); returns its directory."""
-        directory = f"{CPU_MOUNT}/{name}"
-        parts = name.split("/")
-        for i in range(1, len(parts)):
-            parent = f"{CPU_MOUNT}/{'/'.join(parts[:i])}"
-            if not self.host.exists(parent):
-                self.cgroup("/".join(parts[:i]))
-        self.set(f"{directory}/cpu.rt_runtime_us", str(runtime))
-        self.set(f"{directory}/cpu.rt_period_us", str(period))
-        return directory
-
-    def snapshot(self) -> dict[str, str]:
-        """Every file's content: compare before and after to prove nothing changed."""
-        return {str(p.relative_to(self.root)): p.read_text().strip() for p in sorted(self.root.rglob("*")) if p.is_file()}
+from helpers import HostTree
 
 
 @pytest.fixture
@@ -92,18 +43,3 @@ def cli(tree, state_dir, monkeypatch, capsys):
         captured = capsys.readouterr()
         return status, captured.out, captured.err
     return run
-
-
-def spawn_cli(*args, root: Path | None, state_dir: Path, env: dict | None = None, **popen) -> subprocess.Popen:
-    """Start tuned-rl as its own process (for crash and lock tests)."""
-    environment = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir), **(env or {})}
-    if root is not None:
-        environment["TUNED_RL_HOST_ROOT"] = str(root)
-    return subprocess.Popen([sys.executable, "-m", "tuned_rl.cli", *map(str, args)], env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
-
-
-def run_cli(*args, root: Path | None, state_dir: Path, env: dict | None = None, timeout: float = 60):
-    process = spawn_cli(*args, root=root, state_dir=state_dir, env=env)
-    out, err = process.communicate(timeout=timeout)
-    return process.returncode, out, err

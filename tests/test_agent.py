@@ -14,7 +14,7 @@ from tuned_rl.journal import Journal
 from tuned_rl.plugin_host import load_plugins
 from tuned_rl.profile import load_profile
 
-from conftest import CPU_MOUNT
+from helpers import CPU_MOUNT
 
 RT = "/proc/sys/kernel/sched_rt_runtime_us"
 RL = f"{CPU_MOUNT}/rl/cpu.rt_runtime_us"

@@ -6,8 +6,7 @@ import pytest
 
 from tuned_rl.journal import Journal
 
-from conftest import run_cli
-from crash import kill_at
+from helpers import kill_at, run_cli
 
 # Three changes in two steps: global budget; cgroup parent raised, then the cgroup.
 PROFILE = '[rt_runtime]\nglobal_runtime_us = 960000\ncgroup = "ray/actors"\ncgroup_runtime_us = 500000\n'

@@ -7,8 +7,7 @@ import time
 
 from tuned_rl.journal import Journal
 
-from conftest import run_cli, spawn_cli
-from crash import kill_at, wait_until_stopped
+from helpers import kill_at, run_cli, spawn_cli, wait_until_stopped
 
 PROFILE = '[rt_runtime]\nglobal_runtime_us = 960000\ncgroup = "rl"\ncgroup_runtime_us = 500000\n'
 

@@ -3,7 +3,7 @@
 from tuned_rl.plugin_host import load_plugins
 from tuned_rl.profile import load_profile
 
-from conftest import CPU_MOUNT, MOUNTS_V2_ONLY
+from helpers import CPU_MOUNT, MOUNTS_V2_ONLY
 
 
 def plan(tree, profile_file, text):

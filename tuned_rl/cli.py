@@ -10,7 +10,7 @@ import time
 
 from tuned_rl.agent import Agent, HostError
 from tuned_rl.host import Host
-from tuned_rl.journal import DEFAULT_STATE_DIR, Journal, LockHeld
+from tuned_rl.journal import DEFAULT_STATE_DIR, Journal, LockHeld, StateDirError
 from tuned_rl.plugin_host import load_plugins
 from tuned_rl.profile import ProfileError, load_profile
 from tuned_rl.report import format_table
@@ -47,10 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(plugins, host, Journal(args.state_dir), progress=_progress_printer())
     try:
         return COMMANDS[args.command](agent, args)
-    except LockHeld as err:
-        print(f"tuned-rl: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except HostError as err:
+    except (LockHeld, StateDirError, HostError) as err:
         print(f"tuned-rl: {err}", file=sys.stderr)
         return EXIT_FAILED
 

@@ -32,6 +32,10 @@ class LockHeld(RuntimeError):
         self.pid = pid
 
 
+class StateDirError(RuntimeError):
+    """The state directory cannot be created or written."""
+
+
 @dataclass
 class Record:
     """The undo record of one change: enough to restore ``change.before`` after a crash.
@@ -128,9 +132,13 @@ class Journal:
 def exclusive_lock(state_dir: str | os.PathLike):
     """Hold ``<state_dir>/lock`` or raise LockHeld at once, naming the holder's pid."""
     state_dir = Path(state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / "lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise StateDirError(f"cannot use the state directory {state_dir}: {err.strerror} (not root? "
+                            "--state-dir moves it); nothing was changed") from err
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

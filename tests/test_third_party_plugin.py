@@ -1,0 +1,84 @@
+"""A plugin in its own installed distribution is loaded through the entry point like the built-ins."""
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import tuned_rl
+
+from helpers import run_cli
+
+
+def guide_example() -> str:
+    """The complete example plugin from the plugin-author guide in tuned_rl's docstring."""
+    code = tuned_rl.__doc__.split("a complete plugin for a ``[swappiness]`` table::", 1)[1]
+    code = code.split("Every hook is documented", 1)[0]
+    return textwrap.dedent(code)
+
+
+def build_distribution(tmp_path, name: str, modules: dict[str, str], entry_points: dict[str, str]):
+    """pip-install a distribution with ``modules`` into its own folder; returns that folder."""
+    source = tmp_path / f"{name}-src"
+    source.mkdir()
+    for module, code in modules.items():
+        (source / f"{module}.py").write_text(code)
+    points = "\n".join(f'{k} = "{v}"' for k, v in entry_points.items())
+    (source / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "{name}"
+        version = "1.0"
+        [tool.setuptools]
+        py-modules = {json.dumps(list(modules))}
+        [project.entry-points.tuned_rl]
+        """) + points + "\n")
+    target = tmp_path / f"{name}-site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--no-build-isolation", "--target", str(target), str(source)], check=True)
+    return target
+
+
+@pytest.fixture(scope="module")
+def third_party(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("dists")
+    good = build_distribution(tmp_path, "tuned-rl-swappiness", {"trl_swappiness": guide_example()},
+                              {"swappiness": "trl_swappiness"})
+    broken = build_distribution(tmp_path, "tuned-rl-broken", {"trl_broken": "import no_such_module\n"},
+                                {"broken": "trl_broken"})
+    return {"PYTHONPATH": f"{good}:{broken}"}
+
+
+def test_the_guides_example_is_a_working_plugin():
+    assert "@hookimpl" in guide_example() and "def tuned_rl_plan" in guide_example()
+
+
+def test_plugins_lists_the_third_party_plugin_and_the_broken_one(third_party, tmp_path):
+    status, out, err = run_cli("plugins", "--json", root=None, state_dir=tmp_path / "s", env=third_party)
+    listing = json.loads(out)
+    assert {"name": "swappiness", "tables": ["swappiness"]} in listing["plugins"]
+    assert {"name": "rt_runtime", "tables": ["rt_runtime"]} in listing["plugins"]
+    assert listing["failed"][0]["name"] == "broken" and "no_such_module" in listing["failed"][0]["error"]
+    assert "plugin broken failed to load: ModuleNotFoundError" in err
+    human = run_cli("plugins", root=None, state_dir=tmp_path / "s", env=third_party)[1]
+    assert re.search(r"swappiness\s+\[swappiness\]\s+loaded", human)
+
+
+def test_third_party_table_is_validated_applied_and_rolled_back(third_party, tree, profile_file, state_dir):
+    run = lambda *args: run_cli(*args, root=tree.root, state_dir=state_dir, env=third_party)  # noqa: E731
+    status, _, err = run("apply", profile_file("[swappiness]\nvalue = 500\n"))
+    assert status == 2 and "swappiness.value: 500 is above the maximum 200" in err
+    original = tree.snapshot()
+    path = profile_file("[swappiness]\nvalue = 10\n[rt_runtime]\nglobal_runtime_us = 900000\n")
+    status, out, err = run("apply", path, "--json")
+    assert status == 0, err
+    steps = json.loads(out)["steps"]
+    assert [(s["plugin"], s["outcome"]) for s in steps] == [("swappiness", "applied"), ("rt_runtime", "applied")]
+    assert tree.get("/proc/sys/vm/swappiness") == "10"
+    assert run("rollback")[0] == 0
+    assert tree.snapshot() == original
