@@ -145,13 +145,23 @@ def exclusive_lock(state_dir: str | os.PathLike):
         except OSError as err:
             if err.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            raise LockHeld(os.pread(fd, 32, 0).decode(errors="replace").strip(), path) from None
+            raise LockHeld(_holder_pid(fd), path) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
         os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # closing releases the flock
+
+
+def _holder_pid(fd: int) -> str:
+    # The holder writes its pid just after it takes the lock: give it a moment.
+    for _ in range(20):
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if pid:
+            return pid
+        time.sleep(0.01)
+    return ""
 
 
 def _write_durably(path: Path, data: dict) -> None:
