@@ -232,3 +232,9 @@ def test_a_reused_pid_is_never_touched(sleeper, profile_file, state_dir):
     result, _ = agent.rollback()
     assert result["changes"][0]["outcome"] == "gone"
     assert os.sched_getaffinity(sleeper.pid) == {0}  # the live process kept what it has
+
+
+def test_a_host_missing_a_file_is_a_clear_error_not_a_traceback(tree, cli, profile_file):
+    tree.host.path("/proc/sys/kernel/sched_rt_period_us").unlink()
+    status, out, err = cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"), "--dry-run")
+    assert status == 1 and "cannot read the host" in err and "sched_rt_period_us" in err

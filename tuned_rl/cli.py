@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     except (LockHeld, StateDirError, HostError) as err:
         print(f"tuned-rl: {err}", file=sys.stderr)
         return EXIT_FAILED
+    except OSError as err:  # the host lacks a file a plugin reads, or refuses access
+        print(f"tuned-rl: cannot read the host: {err.filename or ''}: {err.strerror}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def cmd_apply(agent: Agent, args) -> int:
