@@ -9,11 +9,17 @@ import sys
 import time
 
 from tuned_rl.agent import Agent, HostError
-from tuned_rl.host import Host
+from tuned_rl.canary import CanarySpec
+from tuned_rl.doctor import examine
+from tuned_rl.host import SCHED_POLICIES, Host
 from tuned_rl.journal import DEFAULT_STATE_DIR, Journal, LockHeld, StateDirError
 from tuned_rl.plugin_host import load_plugins
 from tuned_rl.profile import ProfileError, load_profile
+from tuned_rl.measure import measure_target
+from tuned_rl.probes import PROBE_CHOICES, ProbeError
 from tuned_rl.report import format_table
+from tuned_rl.stats import format_us
+from tuned_rl.targets import Target, TargetError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -27,6 +33,22 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("profile", help="profile file (TOML)")
     apply.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     apply.add_argument("--no-verify", action="store_true", help="apply without latency verification")
+    measure = commands.add_parser("measure", help="one latency measurement of a target")
+    measure.add_argument("--target", required=True, type=_target,
+                         help="pid:PID, name:REGEX, cgroup:PATH (cgroupfs directory), unit:NAME, or canary")
+    measure.add_argument("--seconds", type=_positive(float), default=10.0, help="how long (default %(default)s)")
+    measure.add_argument("--window-seconds", type=_positive(float), default=1.0,
+                         help="length of each window (default %(default)s)")
+    measure.add_argument("--probe", choices=PROBE_CHOICES, default="auto", help="default %(default)s")
+    canary = measure.add_argument_group("canary (with --target canary)")
+    canary.add_argument("--canary-period-us", type=_positive(int), default=1000, help="wake every (default %(default)s)")
+    canary.add_argument("--canary-work-us", type=_non_negative_int, default=0, help="busy work per wake")
+    canary.add_argument("--canary-threads", type=_positive(int), default=1)
+    canary.add_argument("--canary-cpus", help="CPU list to pin the canary to, e.g. 0 or 2-3")
+    canary.add_argument("--canary-policy", choices=sorted(SCHED_POLICIES), default="SCHED_OTHER")
+    canary.add_argument("--canary-priority", type=_non_negative_int, default=0, help="1-99 for FIFO/RR")
+    canary.add_argument("--canary-cgroup", help="cgroupfs directory to start the canary in")
+    commands.add_parser("doctor", help="can this host measure latency? what is wrong?")
     for name, text in [("rollback", "undo everything the journal holds, newest first"),
                        ("status", "what is applied, and whether it drifted"),
                        ("plugins", "loaded plugins and the tables they own")]:
@@ -121,13 +143,81 @@ def cmd_plugins(agent: Agent, args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"apply": cmd_apply, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins}
+def cmd_measure(agent: Agent, args) -> int:
+    spec = CanarySpec(period_us=args.canary_period_us, work_us=args.canary_work_us, threads=args.canary_threads,
+                      cpus=args.canary_cpus, policy=args.canary_policy, priority=args.canary_priority,
+                      cgroup=args.canary_cgroup)
+    windows = max(1, round(args.seconds / args.window_seconds))
+    show = _progress_printer()
+    try:
+        measurement = measure_target(agent.host, args.target, windows, args.window_seconds, args.probe, spec,
+                                     progress=lambda left: show(f"measuring {args.target}: {left:.0f} s left", end="\r"))
+    except (ProbeError, TargetError) as err:
+        print(f"tuned-rl: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        show("", end="")
+    result = {"target": str(args.target), **measurement.to_dict()}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return EXIT_OK
+    for note in measurement.notes:
+        print(f"note: {note}")
+    rows = [(str(result["n"]), *(format_us(result[k]) for k in ("p50_us", "p99_us", "p999_us", "max_us")),
+             str(result["lost"]), result["probe"])]
+    print("\n".join(format_table(("N", "P50", "P99", "P999", "MAX", "LOST", "PROBE"), rows)))
+    return EXIT_OK
+
+
+def cmd_doctor(agent: Agent, args) -> int:
+    report = examine(agent.host)
+    status = EXIT_OK if report["auto"] else EXIT_FAILED
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return status
+    for probe in report["probes"]:
+        print(f"{probe['name']:<10} {'ok' if probe['can_run'] else 'cannot run'}"
+              f"{' (canary targets only)' if probe['targets'] != 'any' else ''}")
+        for problem in probe["problems"]:
+            print(f"    {problem['problem']}\n      fix: {problem['fix']}")
+    print(f"probe = \"auto\" uses: {report['auto'] or 'nothing: no probe can measure a workload here'}")
+    print("facts: " + ", ".join(f"{k}={v}" for k, v in report["facts"].items()))
+    return status
+
+
+COMMANDS = {"apply": cmd_apply, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,
+            "measure": cmd_measure, "doctor": cmd_doctor}
 
 
 def _progress_printer():
+    """Progress goes to stderr, and only to a terminal: --json output stays clean."""
     if not sys.stderr.isatty():
-        return lambda message: None
-    return lambda message: print(f"tuned-rl: {message}", file=sys.stderr, flush=True)
+        return lambda message, end="\n": None
+    return lambda message, end="\n": print(f"\x1b[2K{message}", end=end, file=sys.stderr, flush=True)
+
+
+def _target(text: str) -> Target:
+    try:
+        return Target.parse(text)
+    except TargetError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
 
 
 if __name__ == "__main__":

@@ -1,0 +1,145 @@
+"""The canary: a process tuned-rl starts, placed like the workload, that wakes on a timer and works.
+
+Run as ``python -m tuned_rl.canary --period-us 1000 --work-us 0``. It waits for a
+line on stdin (so the parent can place it first: CPUs, policy, cgroup), then
+loops until stdin closes. With ``--report-schedstat`` each wake writes a
+12-byte record (thread id, run-queue wait in ns since the last wake, from
+field 2 of /proc/thread-self/schedstat) to stdout, for the schedstat probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from tuned_rl.host import Host, Task
+
+RECORD = struct.Struct("=IQ")
+
+
+@dataclass(frozen=True)
+class CanarySpec:
+    """How the canary runs and where it is placed."""
+
+    period_us: int = 1000
+    work_us: int = 0
+    threads: int = 1
+    cpus: str | None = None  # CPU list, "0" or "2-3"
+    policy: str = "SCHED_OTHER"
+    priority: int = 0
+    cgroup: str | None = None  # host-absolute cgroup directory, e.g. /sys/fs/cgroup/cpu/rl
+    extra_thread_after_s: float | None = None  # start one more thread this late (to prove it is seen)
+
+
+class Canary:
+    """A running canary process; ``with Canary(spec, host) as canary: canary.tids()``."""
+
+    def __init__(self, spec: CanarySpec, host: Host | None = None, report_schedstat: bool = False):
+        self.spec, self.host, self.report_schedstat = spec, host or Host(), report_schedstat
+        self.process = None
+
+    def start(self) -> "Canary":
+        import subprocess
+
+        command = [sys.executable, "-m", "tuned_rl.canary", "--period-us", str(self.spec.period_us),
+                   "--work-us", str(self.spec.work_us), "--threads", str(self.spec.threads)]
+        if self.spec.extra_thread_after_s is not None:
+            command += ["--extra-thread-after", str(self.spec.extra_thread_after_s)]
+        if self.report_schedstat:
+            command.append("--report-schedstat")
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            self._place(self.host.task(self.process.pid))
+        except Exception:
+            self.stop()
+            raise
+        self.process.stdin.write(b"go\n")
+        self.process.stdin.flush()
+        return self
+
+    def tids(self) -> set[int]:
+        try:
+            return {int(t) for t in os.listdir(f"/proc/{self.process.pid}/task")}
+        except FileNotFoundError:
+            return set()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.stdin.close()  # the canary's signal to finish
+        try:
+            self.process.wait(timeout=5)
+        except Exception:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def _place(self, task: Task) -> None:
+        # Placed before it runs its loop, so every thread it creates inherits this.
+        if self.spec.cgroup:
+            self.host.write(f"{self.spec.cgroup}/tasks", str(task.pid))
+        if self.spec.cpus:
+            self.host.set_affinity(task, self.spec.cpus)
+        if self.spec.policy != "SCHED_OTHER" or self.spec.priority:
+            self.host.set_sched(task, f"{self.spec.policy}:{self.spec.priority}")
+
+
+def _run_thread(period_s: float, work_s: float, report: bool, stop: threading.Event) -> None:
+    schedstat = "/proc/thread-self/schedstat"
+    tid = threading.get_native_id()
+    last_wait = _run_delay(schedstat) if report else 0
+    deadline = time.monotonic()
+    while not stop.is_set():
+        deadline += period_s
+        now = time.monotonic()
+        if deadline > now:
+            time.sleep(deadline - now)
+        else:
+            deadline = now  # fell behind: do not try to catch up in a burst
+        end = time.monotonic() + work_s
+        while time.monotonic() < end:
+            pass
+        if report:
+            wait = _run_delay(schedstat)
+            os.write(1, RECORD.pack(tid, wait - last_wait))
+            last_wait = wait
+
+
+def _run_delay(path: str) -> int:
+    with open(path, "rb") as handle:
+        return int(handle.read().split()[1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="tuned-rl-canary")
+    parser.add_argument("--period-us", type=int, default=1000)
+    parser.add_argument("--work-us", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--extra-thread-after", type=float)
+    parser.add_argument("--report-schedstat", action="store_true")
+    args = parser.parse_args(argv)
+    sys.stdin.readline()  # placed by the parent: go
+    stop = threading.Event()
+    loop = (args.period_us / 1e6, args.work_us / 1e6, args.report_schedstat, stop)
+    threads = [threading.Thread(target=_run_thread, args=loop, daemon=True) for _ in range(args.threads)]
+    for thread in threads:
+        thread.start()
+    if args.extra_thread_after is not None:
+        threading.Timer(args.extra_thread_after, lambda: threading.Thread(
+            target=_run_thread, args=loop, daemon=True).start()).start()
+    sys.stdin.read()  # until the parent closes stdin
+    stop.set()
+
+
+if __name__ == "__main__":
+    main()

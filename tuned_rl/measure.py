@@ -1,0 +1,99 @@
+"""One latency measurement of a target: windows of per-event run-queue latencies from a probe."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from tuned_rl.canary import Canary, CanarySpec
+from tuned_rl.host import Host
+from tuned_rl.probes import LatencyProbe, choose_probe
+from tuned_rl.probes.schedstat import SchedstatProbe
+from tuned_rl.stats import Summary, summarize
+from tuned_rl.targets import Target, TargetError, resolve_tids
+
+REFRESH_S = 0.25  # how often threads the probe cannot follow by itself are looked up again
+
+
+@dataclass
+class Measurement:
+    """Per-window latencies (ns) and what stands behind them."""
+
+    probe: str
+    windows: list[np.ndarray] = field(default_factory=list)
+    window_tids: list[np.ndarray] = field(default_factory=list)
+    lost: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def values(self) -> np.ndarray:
+        return np.concatenate(self.windows) if self.windows else np.array([], dtype=np.int64)
+
+    @property
+    def tids(self) -> set[int]:
+        return {int(t) for w in self.window_tids for t in w}
+
+    def summary(self) -> Summary:
+        return summarize(self.values)
+
+    def to_dict(self) -> dict:
+        return {**self.summary().to_dict(), "lost": self.lost, "probe": self.probe,
+                "windows": len(self.windows), "seconds": round(self.seconds, 2), "notes": self.notes}
+
+
+def record_windows(probe: LatencyProbe, tid_source: Callable[[], set[int]], windows: int,
+                   window_seconds: float, progress: Callable[[float], None] = lambda left: None,
+                   measurement: Measurement | None = None) -> Measurement:
+    """Record ``windows`` windows from a started ``probe``; ``tid_source`` gives the target's threads now."""
+    measurement = measurement or Measurement(probe.name)
+    started = time.monotonic()
+    probe.drain()  # events from before the first window belong to no window
+    for index in range(windows):
+        end = started + (index + 1) * window_seconds
+        tids, latencies = [], []
+        while (now := time.monotonic()) < end:
+            time.sleep(min(REFRESH_S, end - now))
+            probe.watch(tid_source())
+            batch = probe.drain()
+            tids.append(batch[0])
+            latencies.append(batch[1])
+            progress(started + windows * window_seconds - time.monotonic())
+        measurement.window_tids.append(np.concatenate(tids) if tids else np.array([], dtype=np.int64))
+        measurement.windows.append(np.concatenate(latencies) if latencies else np.array([], dtype=np.int64))
+    measurement.seconds += time.monotonic() - started
+    measurement.lost = probe.lost
+    return measurement
+
+
+def measure_target(host: Host, target: Target, windows: int, window_seconds: float, probe_name: str = "auto",
+                   canary: CanarySpec | None = None, progress: Callable[[float], None] = lambda left: None
+                   ) -> Measurement:
+    """Choose a probe, start the canary if the target is one, and record ``windows`` windows.
+
+    Raises ProbeError or TargetError (nothing is left running either way).
+    """
+    is_canary = target.kind == "canary"
+    probe_class, passed_over = choose_probe(probe_name, host, is_canary)
+    notes = [f"{probe_name} chose {probe_class.name}; passed over {p}" for p in passed_over]
+    with ExitStack() as stack:
+        if is_canary:
+            running = stack.enter_context(Canary(canary or CanarySpec(), host,
+                                                 report_schedstat=probe_class is SchedstatProbe))
+            tid_source = running.tids
+            probe = SchedstatProbe(running.process.stdout) if probe_class is SchedstatProbe else probe_class()
+        else:
+            tid_source = lambda: resolve_tids(host, target)  # noqa: E731
+            probe = probe_class()
+        initial = tid_source()
+        if not initial and target.kind == "pid":
+            raise TargetError(f"no process has pid {target.value}")
+        probe.start(initial)
+        stack.callback(probe.stop)
+        measurement = record_windows(probe, tid_source, windows, window_seconds, progress, Measurement(probe.name))
+    measurement.notes = notes + ([] if initial else [f"{target} had no threads when the measurement started"])
+    return measurement

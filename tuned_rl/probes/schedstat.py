@@ -1,0 +1,68 @@
+"""The schedstat probe: a canary's own per-wakeup growth of run_delay in /proc/thread-self/schedstat."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from typing import Iterable
+
+import numpy as np
+
+from tuned_rl.canary import RECORD
+from tuned_rl.host import Host
+from tuned_rl.probes.base import LatencyProbe, Obstacle
+
+
+class SchedstatProbe(LatencyProbe):
+    """Needs no tracing at all, but sees only a canary: the canary reports its own waits.
+
+    Each event is all the run-queue wait of one wake-work cycle (the wakeup and
+    any preemption during the work), with the kernel's ns accounting.
+    """
+
+    name = "schedstat"
+
+    def __init__(self, canary_stdout):
+        self._fd = canary_stdout.fileno()
+        flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        self._pending = b""
+
+    @classmethod
+    def obstacles(cls, host: Host, canary: bool) -> list[Obstacle]:
+        found = []
+        if not canary:
+            found.append(Obstacle("schedstat sees only a canary (it reports its own run-queue wait)",
+                                  "measure a canary target, or use the bpf or tracefs probe"))
+        if not host.exists(f"/proc/{os.getpid()}/schedstat"):
+            found.append(Obstacle("/proc/<pid>/schedstat is missing (CONFIG_SCHED_INFO off)",
+                                  "use a kernel with CONFIG_SCHED_INFO=y"))
+        return found
+
+    def start(self, tids: Iterable[int]) -> None:
+        self.drain()  # anything from before the window
+
+    def watch(self, tids: Iterable[int]) -> None:
+        pass  # every canary thread reports by itself
+
+    def drain(self) -> tuple[np.ndarray, np.ndarray]:
+        data = self._pending
+        while True:
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        whole = len(data) - len(data) % RECORD.size
+        self._pending = data[whole:]
+        records = np.frombuffer(data[:whole], dtype=np.dtype([("tid", "<u4"), ("ns", "<u8")]))
+        return records["tid"].astype(np.int64), records["ns"].astype(np.int64)
+
+    @property
+    def lost(self) -> int:
+        return 0  # a pipe blocks the writer rather than dropping records
+
+    def stop(self) -> None:
+        pass

@@ -1,0 +1,157 @@
+"""The tracefs probe: the same sched events from a private trace instance, paired in user space."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterable
+
+import numpy as np
+
+from tuned_rl.host import Host
+from tuned_rl.probes.base import LatencyProbe, Obstacle, ProbeError, to_arrays
+
+TRACING = "/sys/kernel/tracing"
+EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_switch", "sched_process_fork")
+# A kernel filter longer than this is refused; beyond it, filter in user space.
+MAX_FILTER_TIDS = 64
+
+_LINE = re.compile(r"\s(\d+\.\d+): (sched_\w+): (.*)$")
+_FIELD = re.compile(r"(\w+)=(\S*)")
+
+
+class TracefsProbe(LatencyProbe):
+    """Reads ``trace_pipe`` of ``instances/tuned-rl-<pid>``, filtered in the kernel by thread id.
+
+    Timestamps are printed in microseconds, so latencies have 1 µs resolution.
+    Lost events are the ring buffer's overruns, from ``per_cpu/cpu*/stats``.
+    """
+
+    name = "tracefs"
+    follows_forks = True
+
+    def __init__(self, host: Host | None = None, buffer_kb: int = 4096):
+        self.host = host or Host()
+        self.buffer_kb = buffer_kb
+        self.instance = f"{TRACING}/instances/tuned-rl-{os.getpid()}"
+        self._fd: int | None = None
+        self._watched: set[int] = set()
+        self._runnable_since: dict[int, float] = {}
+        self._partial = b""
+        self._lost_at_stop = 0
+
+    @classmethod
+    def obstacles(cls, host: Host, canary: bool) -> list[Obstacle]:
+        if not host.exists(f"{TRACING}/events/sched/sched_switch"):
+            return [Obstacle("tracefs is not mounted", "mount -t tracefs nodev /sys/kernel/tracing")]
+        if os.geteuid() != 0:
+            return [Obstacle("not root: tracefs instances need root", "run tuned-rl as root")]
+        return []
+
+    def start(self, tids: Iterable[int]) -> None:
+        try:
+            os.mkdir(self.host.path(self.instance))
+            self._write("trace_clock", "mono")
+            self._write("buffer_size_kb", str(self.buffer_kb))
+            self._watched = set(tids)
+            self._set_filters()
+            for event in EVENTS:
+                self._write(f"events/sched/{event}/enable", "1")
+            self._fd = os.open(self.host.path(f"{self.instance}/trace_pipe"), os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as err:
+            self.stop()
+            raise ProbeError(f"cannot set up {self.instance}: {err.strerror}") from err
+
+    def watch(self, tids: Iterable[int]) -> None:
+        new = set(tids) - self._watched
+        if new:
+            self._watched |= new
+            self._set_filters()
+
+    def drain(self) -> tuple[np.ndarray, np.ndarray]:
+        tids, latencies = [], []
+        for line in self._read_lines():
+            self._handle(line, tids, latencies)
+        return to_arrays(tids, latencies)
+
+    @property
+    def lost(self) -> int:
+        if self._fd is None:
+            return self._lost_at_stop
+        total = 0
+        for stats in self.host.path(f"{self.instance}/per_cpu").glob("cpu*/stats"):
+            fields = dict(line.split(":", 1) for line in stats.read_text().splitlines() if ":" in line)
+            total += int(fields.get("overrun", "0")) + int(fields.get("dropped events", "0"))
+        return total
+
+    def stop(self) -> None:
+        directory = self.host.path(self.instance)
+        if not directory.exists():
+            return
+        if self._fd is not None:
+            self._lost_at_stop = self.lost
+            os.close(self._fd)
+            self._fd = None
+        for event in EVENTS:
+            try:
+                self._write(f"events/sched/{event}/enable", "0")
+            except OSError:
+                pass
+        os.rmdir(directory)
+
+    # -- internals -------------------------------------------------------------
+
+    def _set_filters(self) -> None:
+        if not self._watched:
+            filters = dict.fromkeys(EVENTS, "common_pid < 0")  # nothing yet
+        elif len(self._watched) > MAX_FILTER_TIDS:
+            filters = dict.fromkeys(EVENTS, "0")  # "0" clears a filter: everything, filtered below
+        else:
+            either = lambda field: " || ".join(f"{field} == {t}" for t in sorted(self._watched))  # noqa: E731
+            filters = {"sched_wakeup": either("pid"), "sched_wakeup_new": either("pid"),
+                       "sched_switch": f"{either('prev_pid')} || {either('next_pid')}",
+                       "sched_process_fork": either("parent_pid")}
+        for event, text in filters.items():
+            self._write(f"events/sched/{event}/filter", text)
+
+    def _read_lines(self) -> list[bytes]:
+        chunks = [self._partial]
+        while True:
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        data = b"".join(chunks)
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        return lines
+
+    def _handle(self, line: bytes, tids: list[int], latencies: list[int]) -> None:
+        match = _LINE.search(line.decode(errors="replace"))
+        if not match:
+            return
+        timestamp, event, rest = float(match[1]), match[2], match[3]
+        fields = dict(_FIELD.findall(rest))
+        if event in ("sched_wakeup", "sched_wakeup_new"):
+            self._mark(int(fields["pid"]), timestamp)
+        elif event == "sched_process_fork":
+            if int(fields["pid"]) in self._watched:
+                self.watch([int(fields["child_pid"])])
+        elif event == "sched_switch":
+            if fields["prev_state"].startswith("R"):  # preempted: runnable again at once
+                self._mark(int(fields["prev_pid"]), timestamp)
+            tid = int(fields["next_pid"])
+            since = self._runnable_since.pop(tid, None)
+            if since is not None:
+                tids.append(tid)
+                latencies.append(round((timestamp - since) * 1e9))
+
+    def _mark(self, tid: int, timestamp: float) -> None:
+        if tid in self._watched and tid != 0:
+            self._runnable_since[tid] = timestamp
+
+    def _write(self, relative: str, value: str) -> None:
+        self.host.write(f"{self.instance}/{relative}", value)

@@ -1,0 +1,108 @@
+"""Which threads a measurement watches: by pid, process name, cgroup, systemd unit, or a canary."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+
+from tuned_rl.host import Host
+
+KINDS = ("pid", "name", "cgroup", "unit", "canary")
+
+
+class TargetError(ValueError):
+    """The target cannot be named or found."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """``kind`` and its ``value``: pid "1234", name (a regex) "^ray::", cgroup "/sys/fs/cgroup/cpu/rl",
+    unit "llm.service", or canary (no value: the canary's settings live elsewhere)."""
+
+    kind: str
+    value: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> "Target":
+        """"pid:1234", "name:REGEX", "cgroup:PATH", "unit:NAME" or "canary"."""
+        kind, _, value = text.partition(":")
+        if kind not in KINDS:
+            raise TargetError(f"unknown target {text!r}: use pid:PID, name:REGEX, cgroup:PATH, unit:NAME or canary")
+        if kind == "canary" and value or kind != "canary" and not value:
+            raise TargetError(f"target {text!r}: " + ("canary takes no value" if value else f"{kind}: needs a value"))
+        if kind == "pid" and not value.isdigit():
+            raise TargetError(f"target {text!r}: a pid is a number")
+        if kind == "name":
+            try:
+                re.compile(value)
+            except re.error as err:
+                raise TargetError(f"target {text!r}: not a regular expression: {err}") from err
+        return cls(kind, value)
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "canary" else f"{self.kind}:{self.value}"
+
+
+def resolve_tids(host: Host, target: Target) -> set[int]:
+    """The thread ids the target has now (may be empty: a cgroup with nothing in it)."""
+    if target.kind == "pid":
+        return _threads_of(host, int(target.value))
+    if target.kind == "name":
+        pattern = re.compile(target.value)
+        # tuned-rl's own command line holds the pattern: never count ourselves.
+        pids = [pid for pid in _pids(host) if pid != os.getpid() and _matches(host, pid, pattern)]
+        return {t for pid in pids for t in _threads_of(host, pid)}
+    if target.kind == "cgroup":
+        return _cgroup_threads(host, target.value)
+    if target.kind == "unit":
+        return _cgroup_threads(host, unit_cgroup(host, target.value))
+    raise TargetError("a canary's threads come from the canary itself")
+
+
+def unit_cgroup(host: Host, unit: str) -> str:
+    """The cgroupfs directory of a systemd unit."""
+    try:
+        result = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", unit],
+                                capture_output=True, text=True, timeout=10)
+    except FileNotFoundError as err:
+        raise TargetError("systemctl is not installed: name the unit's cgroup with cgroup:PATH") from err
+    path = result.stdout.strip()
+    if result.returncode != 0 or not path:
+        raise TargetError(f"systemd knows no running unit {unit!r}{': ' + result.stderr.strip() if result.stderr else ''}")
+    for mount_point, fstype, options in host.mounts():
+        if fstype == "cgroup2" or "name=systemd" in options:
+            candidate = f"{mount_point}{path}"
+            if host.is_dir(candidate):
+                return candidate
+    raise TargetError(f"unit {unit!r} is in cgroup {path}, which no mounted hierarchy holds")
+
+
+def _cgroup_threads(host: Host, directory: str) -> set[int]:
+    if not host.is_dir(directory):
+        raise TargetError(f"cgroup {directory} does not exist")
+    for name in ("cgroup.threads", "tasks"):
+        if host.exists(f"{directory}/{name}"):
+            return {int(line) for line in host.read(f"{directory}/{name}").split()}
+    raise TargetError(f"{directory} is not a cgroup directory")
+
+
+def _pids(host: Host) -> list[int]:
+    return [int(p.name) for p in host.path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _threads_of(host: Host, pid: int) -> set[int]:
+    try:
+        return {int(t.name) for t in host.path(f"/proc/{pid}/task").iterdir()}
+    except FileNotFoundError:
+        return set()
+
+
+def _matches(host: Host, pid: int, pattern: re.Pattern) -> bool:
+    try:
+        comm = host.read(f"/proc/{pid}/comm")
+        cmdline = host.path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return bool(pattern.search(comm) or pattern.search(cmdline.strip()))
