@@ -97,3 +97,25 @@ def kill_at(point: str, *args, root, state_dir) -> None:
     process.returncode = -signal.SIGKILL
     process.stdout.close()
     process.stderr.close()
+
+
+class Hogs:
+    """CPU hogs (busy Python loops at nice 0), pinned to ``cpus``: ``with Hogs(4, "0"):``."""
+
+    def __init__(self, count: int, cpus: str | None = None):
+        self.count, self.cpus, self.processes = count, cpus, []
+
+    def __enter__(self):
+        from tuned_rl.host import parse_cpu_list
+        for _ in range(self.count):
+            process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            if self.cpus is not None:
+                os.sched_setaffinity(process.pid, parse_cpu_list(self.cpus))
+            self.processes.append(process)
+        return self
+
+    def __exit__(self, *exc):
+        for process in self.processes:
+            process.kill()
+        for process in self.processes:
+            process.wait()

@@ -6,11 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    if ! /usr/bin/python3 -c 'import bcc, venv, ensurepip' 2>/dev/null \
+    if ! /usr/bin/python3 -c "import bcc, venv, ensurepip" 2>/dev/null || ! command -v hackbench >/dev/null \
         || ! ls -d /usr/src/linux-headers-*-amd64 >/dev/null 2>&1; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            python3-bpfcc python3-venv linux-headers-amd64 >/dev/null
+            python3-bpfcc python3-venv linux-headers-amd64 rt-tests >/dev/null
     fi
     # BCC compiles against kernel headers; this VM kernel has no package of its
     # own, so point the module build links at Debian's (see KERNEL-NOTES.md).

@@ -2,7 +2,7 @@
 
 Run as ``python -m tuned_rl.canary --period-us 1000 --work-us 0``. It waits for a
 line on stdin (so the parent can place it first: CPUs, policy, cgroup), then
-loops until stdin closes. With ``--report-schedstat`` each wake writes a
+loops until stdin closes; SIGUSR1 makes it start one more thread. With ``--report-schedstat`` each wake writes a
 12-byte record (thread id, run-queue wait in ns since the last wake, from
 field 2 of /proc/thread-self/schedstat) to stdout, for the schedstat probe.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import struct
 import sys
 import threading
@@ -33,7 +34,6 @@ class CanarySpec:
     policy: str = "SCHED_OTHER"
     priority: int = 0
     cgroup: str | None = None  # host-absolute cgroup directory, e.g. /sys/fs/cgroup/cpu/rl
-    extra_thread_after_s: float | None = None  # start one more thread this late (to prove it is seen)
 
 
 class Canary:
@@ -48,8 +48,6 @@ class Canary:
 
         command = [sys.executable, "-m", "tuned_rl.canary", "--period-us", str(self.spec.period_us),
                    "--work-us", str(self.spec.work_us), "--threads", str(self.spec.threads)]
-        if self.spec.extra_thread_after_s is not None:
-            command += ["--extra-thread-after", str(self.spec.extra_thread_after_s)]
         if self.report_schedstat:
             command.append("--report-schedstat")
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -60,7 +58,20 @@ class Canary:
             raise
         self.process.stdin.write(b"go\n")
         self.process.stdin.flush()
+        self._wait_for_threads(self.spec.threads + 1)  # so tids() is complete from the start
         return self
+
+    def _wait_for_threads(self, count: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.tids()) < count:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the canary did not start its {count - 1} threads")
+            time.sleep(0.005)
+
+    def add_thread(self) -> None:
+        """Make the canary start one more waking thread now (SIGUSR1), as a workload may."""
+        os.kill(self.process.pid, signal.SIGUSR1)
 
     def tids(self) -> set[int]:
         try:
@@ -125,7 +136,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--period-us", type=int, default=1000)
     parser.add_argument("--work-us", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--extra-thread-after", type=float)
     parser.add_argument("--report-schedstat", action="store_true")
     args = parser.parse_args(argv)
     sys.stdin.readline()  # placed by the parent: go
@@ -134,9 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     threads = [threading.Thread(target=_run_thread, args=loop, daemon=True) for _ in range(args.threads)]
     for thread in threads:
         thread.start()
-    if args.extra_thread_after is not None:
-        threading.Timer(args.extra_thread_after, lambda: threading.Thread(
-            target=_run_thread, args=loop, daemon=True).start()).start()
+    signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=_run_thread, args=loop, daemon=True).start())
     sys.stdin.read()  # until the parent closes stdin
     stop.set()
 

@@ -9,24 +9,30 @@ independent (bootstrap of samples, a quantile test on pooled events) calls a
 burst an effect and reverts no-op changes several percent of the time.
 
 So the measurement is cut into windows of equal length, and the *window* is the
-unit of evidence. The statistic is the ratio of the pooled metric (p999 by
-default) after / before. Under "no effect" the windows are exchangeable: any
-split of all windows into a before arm and an after arm of the same sizes was
-as likely as the observed one. The p-value is the share of such splits whose
-ratio is at least the observed one (all splits when there are few, otherwise a
-seeded random sample of them). A burst that lands in one window moves the ratio
-of half of all splits just as much, so it does not look significant; a real
-change moves every after-window, which few splits reproduce.
+unit of evidence. Under "no effect" the windows are exchangeable: any split of
+all windows into a before arm and an after arm of the same sizes was as likely
+as the observed one. The p-value is the share of such splits whose statistic is
+at least the observed one (all splits when there are few, otherwise a seeded
+random sample of them). A burst that lands in one window moves the statistic of
+half of all splits just as much, so it does not look significant; a real change
+moves every after-window, which few splits reproduce.
 
-A regression needs both: significance (p <= 1 - confidence) and an effect larger
-than the tolerance (after > before * (1 + tolerance)), so that a tiny but real
-slowdown of a few percent does not revert a step. Too few samples or too few
-windows to ever reach the confidence is "inconclusive", never a pass.
-bench/judge_sim.py measures the false-regression and detection rates.
+Each window is reduced to one number: the mean log of its largest 1% of events
+(ten times the metric's tail share: for p999, the events above the window's p99).
+A window's p999 rests on a single event; the mean log of its top 1% moves with the
+same tail (a Hill-type estimate of its scale) and with rare long stalls alike,
+from ten times as many events. The windows are ranked and the after arm's rank
+sum is the statistic (a Mann-Whitney test whose null distribution comes from the
+splits), so one 3x burst window counts as one rank, not as the whole tail.
 
-Cost: pooled quantiles of a split only need each window's top values, so a
-split costs a partition of (windows x tail size) numbers: 2,000 splits of 20
-windows of 1,000 events take about 50 ms.
+A regression needs both: significance (p <= 1 - confidence) *and* a pooled
+metric (p999) worse than the tolerance allows (after > before * (1 + tolerance)),
+so that a tiny but real slowdown of a few percent does not revert a step. Too few
+samples, or too few windows to ever reach the confidence, is "inconclusive",
+never a pass. bench/judge_sim.py measures the false-regression and detection
+rates; tests/test_judge.py keeps the A/A rate bounded.
+
+Cost: one partition per window, then 2,000 rank sums: a few milliseconds.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ class JudgeSettings:
     """The [verify] settings the judge uses."""
 
     metric: str = "p999"
-    tolerance: float = 0.10  # an after-metric up to 10% worse is not a regression
+    tolerance: float = 0.20  # an after-metric up to 20% worse is not a regression
     confidence: float = 0.99
     min_samples: int = 2000  # per arm
     permutations: int = 2000
@@ -93,15 +99,33 @@ def judge(before: list[np.ndarray], after: list[np.ndarray], settings: JudgeSett
 
 def permutation_p_value(before: list[np.ndarray], after: list[np.ndarray], q: float,
                         permutations: int, seed: int) -> float:
-    """One-sided p-value of "after is worse", over splits of the window labels."""
-    windows = before + after
-    sizes = np.array([len(w) for w in windows])
-    tops = _window_tops(windows, q, sizes.sum())
-    observed = _split_ratio(tops, sizes, np.arange(len(before), len(windows)), q)
-    splits = _splits(len(windows), len(after), permutations, seed)
-    ratios = np.array([_split_ratio(tops, sizes, np.array(split), q) for split in splits])
+    """One-sided p-value of "after's windows have worse tails", over splits of the window labels.
+
+    Each window is reduced to one number, the mean log of its largest events
+    (``tail_share``); the windows are ranked, and the statistic is the after
+    arm's rank sum (a Mann-Whitney test, its null distribution from the splits).
+    """
+    statistics = np.array([window_tail(w, tail_share(q)) for w in before + after])
+    ranks = np.empty(len(statistics))
+    ranks[np.argsort(statistics, kind="stable")] = np.arange(1, len(statistics) + 1)
+    observed = ranks[len(before):].sum()
+    split_sums = np.array([ranks[list(split)].sum() for split in _splits(len(ranks), len(after),
+                                                                            permutations, seed)])
     # The observed split counts as one of the splits, so p is never 0.
-    return float((1 + np.sum(ratios >= observed * (1 - 1e-12))) / (1 + len(ratios)))
+    return float((1 + np.sum(split_sums >= observed)) / (1 + len(split_sums)))
+
+
+def tail_share(q: float) -> float:
+    """The share of largest events a window's tail is read from: ten times the metric's tail."""
+    return min(1.0, 10 * (1 - q))
+
+
+def window_tail(window: np.ndarray, share: float) -> float:
+    """Mean log of the window's largest ``share`` of events (-inf for an empty window)."""
+    if len(window) == 0:
+        return -np.inf
+    k = max(int(math.ceil(share * len(window))), 1)
+    return float(np.log(np.maximum(np.partition(window, len(window) - k)[len(window) - k:], 1)).mean())
 
 
 def _splits(total: int, chosen: int, permutations: int, seed: int):
@@ -109,34 +133,7 @@ def _splits(total: int, chosen: int, permutations: int, seed: int):
     if math.comb(total, chosen) <= permutations:
         return [c for c in combinations(range(total), chosen) if c != tuple(range(total - chosen, total))]
     rng = np.random.default_rng(seed)
-    return [np.sort(rng.choice(total, chosen, replace=False)) for _ in range(permutations)]
-
-
-def _window_tops(windows: list[np.ndarray], q: float, total: int) -> np.ndarray:
-    """Each window's largest values, as many as any pooled quantile of a split can reach."""
-    keep = min(int(math.ceil((1 - q) * total)) + 2, max(len(w) for w in windows))
-    tops = np.full((len(windows), keep), -np.inf)
-    for i, window in enumerate(windows):
-        k = min(keep, len(window))
-        if k:
-            tops[i, :k] = np.partition(window, len(window) - k)[len(window) - k:]
-    return tops
-
-
-def _split_ratio(tops: np.ndarray, sizes: np.ndarray, after_index: np.ndarray, q: float) -> float:
-    mask = np.zeros(len(sizes), dtype=bool)
-    mask[after_index] = True
-    after = _tail_quantile(tops[mask], sizes[mask].sum(), q)
-    return after / max(_tail_quantile(tops[~mask], sizes[~mask].sum(), q), 1.0)
-
-
-def _tail_quantile(tops: np.ndarray, n: int, q: float) -> float:
-    """The nearest-rank ``q`` quantile of ``n`` pooled values, from the windows' top values."""
-    from_top = n - max(int(math.ceil(q * n)) - 1, 0)  # 1 = the largest
-    flat = tops.ravel()
-    if from_top > len(flat):
-        raise ValueError("window tops too short for this quantile")
-    return float(np.partition(flat, len(flat) - from_top)[len(flat) - from_top])
+    return np.argsort(rng.random((permutations, total)), axis=1)[:, :chosen]
 
 
 def _pooled(windows: list[np.ndarray], q: float) -> float:

@@ -12,8 +12,10 @@ from tuned_rl.changes import Step
 from tuned_rl.host import Host
 from tuned_rl.profile import PROFILE_TABLE, Profile
 from tuned_rl.schema import Problem, Table
+from tuned_rl.verify_settings import VERIFY_TABLE
 
 ENTRY_POINT_GROUP = "tuned_rl"
+CORE_TABLES = {"verify": VERIFY_TABLE}  # [profile] is checked first, on its own
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,9 @@ class PluginHost:
         for name, values in profile.tables.items():
             if name == "profile":
                 continue
-            if name in self.tables:
+            if name in CORE_TABLES:
+                problems += CORE_TABLES[name].check(values)
+            elif name in self.tables:
                 problems += self.tables[name].check(values)
             else:
                 problems.append(Problem(name, self._unknown_table(name)))
@@ -101,7 +105,7 @@ def _register(plugin_host: PluginHost, name: str, plugin) -> None:
             manager.unregister(plugin)
         plugin_host.failures.append(LoadFailure(name, f"{type(err).__name__}: {err}"))
         return
-    clash = [t.name for t in tables if t.name in plugin_host.owners or t.name == "profile"]
+    clash = [t.name for t in tables if t.name in plugin_host.owners or t.name in ("profile", *CORE_TABLES)]
     if clash:
         manager.unregister(plugin)
         plugin_host.failures.append(LoadFailure(name, f"table [{clash[0]}] is already owned"))

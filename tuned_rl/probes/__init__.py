@@ -28,4 +28,5 @@ def choose_probe(name: str, host: Host, canary: bool) -> tuple[type[LatencyProbe
     raise ProbeError("no latency probe can run here: " + " | ".join(passed_over))
 
 
-__all__ = ["PROBES", "PROBE_CHOICES", "LatencyProbe", "Obstacle", "ProbeError", "choose_probe"]
+__all__ = ["PROBES", "PROBE_CHOICES", "BpfProbe", "LatencyProbe", "Obstacle", "ProbeError", "SchedstatProbe",
+           "TracefsProbe", "choose_probe"]

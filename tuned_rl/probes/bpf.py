@@ -134,15 +134,15 @@ class BpfProbe(LatencyProbe):
         from bcc import BPF  # imported here: the other probes must work without BCC
 
         try:
-            self._bpf = BPF(text=PROGRAM, cflags=[f"-DMAX_THREADS={self.max_threads}",
+            self._bpf = BPF(text=PROGRAM.encode(), cflags=[f"-DMAX_THREADS={self.max_threads}",
                                                   f"-DRING_PAGES={self.ring_pages}", "-w"])
         except Exception as err:  # BCC raises bare Exception on compile or load failure
             raise ProbeError(f"BPF program failed to load: {err}") from err
         self.watch(tids)
-        self._bpf["events"].open_ring_buffer(self._on_event)
+        self._bpf[b"events"].open_ring_buffer(self._on_event)
 
     def watch(self, tids: Iterable[int]) -> None:
-        targets = self._bpf["targets"]
+        targets = self._bpf[b"targets"]
         for tid in tids:
             targets[ctypes.c_uint32(tid)] = ctypes.c_uint8(1)
 
@@ -156,7 +156,7 @@ class BpfProbe(LatencyProbe):
     def lost(self) -> int:
         if self._bpf is None:
             return 0
-        return int(sum(self._bpf["lost"][ctypes.c_int(0)]))
+        return int(sum(self._bpf[b"lost"][ctypes.c_int(0)]))
 
     def stop(self) -> None:
         if self._bpf is not None:

@@ -1,0 +1,113 @@
+"""The latency probes on the live kernel: they see hogs, agree, follow new threads, and filter."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tuned_rl.canary import Canary, CanarySpec
+from tuned_rl.host import Host
+from tuned_rl.measure import measure_target, record_windows
+from tuned_rl.probes import BpfProbe, SchedstatProbe, TracefsProbe
+from tuned_rl.stats import summarize
+from tuned_rl.targets import Target
+
+from helpers import Hogs, run_cli
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or BpfProbe.obstacles(Host(), True) != [],
+                                reason="needs root and a working BPF probe")
+PINNED = CanarySpec(period_us=1000, cpus="0")
+
+
+def test_hogs_on_the_canarys_cpu_raise_its_p999_at_least_3x():
+    quiet = measure_target(Host(), Target("canary"), 5, 1.0, "bpf", PINNED)
+    with Hogs(3, "0"):
+        loaded = measure_target(Host(), Target("canary"), 5, 1.0, "bpf", PINNED)
+    q, l = quiet.summary(), loaded.summary()
+    print(f"quiet {q}\nloaded {l}")
+    assert q.n > 3000 and l.n > 1000 and quiet.lost == loaded.lost == 0
+    assert l.p999_us >= 3 * q.p999_us
+
+
+def test_three_probes_on_one_canary_run_agree_on_p99():
+    host = Host()
+    with Hogs(2, "0"), Canary(PINNED, host, report_schedstat=True) as canary:
+        probes = [BpfProbe(), TracefsProbe(host), SchedstatProbe(canary.process.stdout)]
+        for probe in probes:
+            probe.start(canary.tids())
+        try:
+            time.sleep(0.2)
+            for probe in probes:
+                probe.drain()
+            time.sleep(6)
+            p99 = {probe.name: summarize(probe.drain()[1]).p99_us for probe in probes}
+        finally:
+            for probe in probes:
+                probe.stop()
+    print(p99)
+    assert min(p99.values()) > 100  # hogs share the CPU: milliseconds, not microseconds
+    assert max(p99.values()) <= 1.25 * min(p99.values())
+
+
+@pytest.mark.parametrize("probe_name", ["bpf", "tracefs"])
+def test_threads_the_canary_creates_during_the_window_are_measured(probe_name):
+    with Canary(CanarySpec(period_us=1000), Host()) as canary:
+        first = canary.tids()
+        probe = BpfProbe() if probe_name == "bpf" else TracefsProbe()
+        probe.start(first)
+        threading.Timer(1.2, canary.add_thread).start()  # during the second window
+        try:
+            # The probe alone must follow the fork: the thread source never changes.
+            measurement = record_windows(probe, lambda: first, 3, 1.0)
+        finally:
+            probe.stop()
+    new = measurement.tids - first
+    assert len(new) == 1
+    assert (measurement.window_tids[2] == new.pop()).sum() > 500
+
+
+def test_the_probe_records_only_the_target_under_50000_context_switches_a_second():
+    stat = Path("/proc/stat")
+    switches = lambda: int(next(l for l in stat.read_text().splitlines() if l.startswith("ctxt")).split()[1])  # noqa
+    with Canary(CanarySpec(period_us=1000), Host()) as canary:
+        # hackbench forks its senders and receivers: kill the whole session afterwards.
+        noise = subprocess.Popen(["hackbench", "-p", "-g", "2", "-l", "1000000"], stdout=subprocess.DEVNULL,
+                                 start_new_session=True)
+        try:
+            time.sleep(0.5)
+            probe = BpfProbe()
+            probe.start(canary.tids())
+            before, started = switches(), time.monotonic()
+            try:
+                measurement = record_windows(probe, canary.tids, 3, 1.0)
+            finally:
+                probe.stop()
+            rate = (switches() - before) / (time.monotonic() - started)
+        finally:
+            os.killpg(noise.pid, signal.SIGKILL)
+            noise.wait()
+        assert measurement.tids and measurement.tids <= canary.tids()
+    print(f"{rate:.0f} context switches/s; {len(measurement.values)} canary events")
+    assert rate >= 50_000
+    assert len(measurement.values) > 1000
+
+
+def test_measure_json_and_nothing_left_behind(state_dir):
+    status, out, err = run_cli("measure", "--target", "canary", "--seconds", "2", "--probe", "tracefs", "--json",
+                               root=None, state_dir=state_dir)
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["probe"] == "tracefs" and result["n"] > 1000 and result["windows"] == 2
+    assert {"n", "p50_us", "p99_us", "p999_us", "max_us", "lost"} <= set(result)
+    assert not [p for p in Path("/sys/kernel/tracing/instances").iterdir() if p.name.startswith("tuned-rl-")]
+
+
+def test_doctor_says_the_bpf_probe_runs_here(state_dir):
+    status, out, _ = run_cli("doctor", "--json", root=None, state_dir=state_dir)
+    report = json.loads(out)
+    assert status == 0 and report["auto"] == "bpf" and report["probes"][0]["can_run"]

@@ -1,0 +1,64 @@
+"""The tracefs probe pairs wakeups with switches in user space; the schedstat probe reads canary records."""
+
+import os
+
+import numpy as np
+
+from tuned_rl.canary import RECORD
+from tuned_rl.probes.schedstat import SchedstatProbe
+from tuned_rl.probes.tracefs import TracefsProbe
+
+
+def feed(probe, lines):
+    tids, latencies = [], []
+    for line in lines:
+        probe._handle(line.encode(), tids, latencies)
+    return tids, latencies
+
+
+def switch(ts, prev_pid, prev_state, next_pid):
+    return (f"  python3-{prev_pid} [000] d..2. {ts}: sched_switch: prev_comm=python3 prev_pid={prev_pid} "
+            f"prev_prio=120 prev_state={prev_state} ==> next_comm=x next_pid={next_pid} next_prio=120")
+
+
+def wakeup(ts, pid, event="sched_wakeup"):
+    return f"  <idle>-0 [001] dNh2. {ts}: {event}: comm=python3 pid={pid} prio=120 target_cpu=001"
+
+
+def test_wakeup_to_switch_is_one_event_and_others_are_ignored():
+    probe = TracefsProbe()
+    probe._watched = {42}
+    tids, latencies = feed(probe, [wakeup("100.000010", 42), wakeup("100.000011", 7),
+                                   switch("100.000050", 0, "R", 7), switch("100.000110", 0, "R", 42)])
+    assert tids == [42] and latencies == [100_000]
+
+
+def test_a_preempted_thread_is_timed_until_it_runs_again():
+    probe = TracefsProbe()
+    probe._watched = {42}
+    _, latencies = feed(probe, [switch("5.000000", 42, "R+", 9), switch("5.002000", 9, "S", 42),
+                                switch("5.003000", 42, "S", 0), switch("5.004000", 0, "R", 42)])
+    assert latencies == [2_000_000]  # the sleep (S) at 5.003 is not run-queue wait
+
+
+def test_threads_forked_by_a_watched_thread_are_watched():
+    probe = TracefsProbe()
+    probe._watched = {42}
+    probe._set_filters = lambda: None
+    fork = "  python3-42 [000] ..... 1.0: sched_process_fork: comm=python3 pid=42 child_comm=python3 child_pid=43"
+    tids, _ = feed(probe, [fork, wakeup("1.1", 43, "sched_wakeup_new"), switch("1.2", 0, "R", 43)])
+    assert tids == [43]
+
+
+def test_schedstat_probe_reads_whole_records_and_keeps_a_partial_one():
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb") as reader:
+        probe = SchedstatProbe(reader)
+        data = RECORD.pack(5, 1000) + RECORD.pack(6, 2000)
+        os.write(write_end, data + RECORD.pack(7, 3000)[:5])
+        tids, latencies = probe.drain()
+        assert tids.tolist() == [5, 6] and latencies.tolist() == [1000, 2000]
+        os.write(write_end, RECORD.pack(7, 3000)[5:])
+        assert probe.drain()[1].tolist() == [3000]
+        os.close(write_end)
+        assert probe.lost == 0
