@@ -6,13 +6,13 @@ import numpy as np
 
 from tuned_rl.canary import RECORD
 from tuned_rl.probes.schedstat import SchedstatProbe
-from tuned_rl.probes.tracefs import TracefsProbe
+from tuned_rl.probes.tracefs import TracefsProbe, _parse
 
 
 def feed(probe, lines):
     tids, latencies = [], []
     for line in lines:
-        probe._handle(line.encode(), tids, latencies)
+        probe._handle(_parse(line.encode()), tids, latencies)
     return tids, latencies
 
 
@@ -62,3 +62,33 @@ def test_schedstat_probe_reads_whole_records_and_keeps_a_partial_one():
         assert probe.drain()[1].tolist() == [3000]
         os.close(write_end)
         assert probe.lost == 0
+
+
+def test_events_are_paired_in_timestamp_order_whatever_order_they_are_read_in(monkeypatch):
+    probe = TracefsProbe()
+    probe._watched = {42}
+    lines = [switch("100.000110", 0, "R", 42), wakeup("100.000010", 42)]  # the switch was committed first
+    probe._read_lines = lambda: [line.encode() for line in lines]
+    monkeypatch.setattr("tuned_rl.probes.tracefs.time.monotonic", lambda: 200.0)
+    tids, latencies = probe.drain()
+    assert latencies.tolist() == [100_000]
+
+
+def test_events_newer_than_the_reorder_horizon_wait_for_the_next_drain(monkeypatch):
+    probe = TracefsProbe()
+    probe._watched = {42}
+    lines = [wakeup("100.000010", 42), switch("100.000110", 0, "R", 42)]
+    probe._read_lines = lambda: [line.encode() for line in lines]
+    monkeypatch.setattr("tuned_rl.probes.tracefs.time.monotonic", lambda: 100.01)
+    assert probe.drain()[1].tolist() == []
+    lines.clear()
+    monkeypatch.setattr("tuned_rl.probes.tracefs.time.monotonic", lambda: 100.1)
+    assert probe.drain()[1].tolist() == [100_000]
+
+
+def test_a_wakeup_whose_switch_never_arrives_is_counted_lost():
+    probe = TracefsProbe()
+    probe._watched = {42}
+    tids, _ = feed(probe, [wakeup("1.0", 42), switch("1.5", 42, "S", 0),  # ran: the switch in went missing
+                           wakeup("2.0", 42), wakeup("2.1", 42), switch("2.2", 0, "R", 42)])
+    assert tids == [42] and probe._unpaired == 2

@@ -96,4 +96,8 @@ def measure_target(host: Host, target: Target, windows: int, window_seconds: flo
         stack.callback(probe.stop)
         measurement = record_windows(probe, tid_source, windows, window_seconds, progress, Measurement(probe.name))
     measurement.notes = notes + ([] if initial else [f"{target} had no threads when the measurement started"])
+    seen = len(measurement.values) + measurement.lost
+    if measurement.lost > 0.01 * seen:
+        measurement.notes.append(f"{measurement.lost} of {seen} events were lost ({measurement.lost / seen:.0%}): "
+                                 f"the figures may be biased; try another probe")
     return measurement

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
+import time
 from typing import Iterable
 
 import numpy as np
@@ -15,6 +17,7 @@ TRACING = "/sys/kernel/tracing"
 EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_switch", "sched_process_fork")
 # A kernel filter longer than this is refused; beyond it, filter in user space.
 MAX_FILTER_TIDS = 64
+REORDER_S = 0.05
 
 _LINE = re.compile(r"\s(\d+\.\d+): (sched_\w+): (.*)$")
 _FIELD = re.compile(r"(\w+)=(\S*)")
@@ -24,7 +27,11 @@ class TracefsProbe(LatencyProbe):
     """Reads ``trace_pipe`` of ``instances/tuned-rl-<pid>``, filtered in the kernel by thread id.
 
     Timestamps are printed in microseconds, so latencies have 1 µs resolution.
-    Lost events are the ring buffer's overruns, from ``per_cpu/cpu*/stats``.
+    Lost events are the ring buffer's overruns and dropped events (``per_cpu/cpu*/stats``)
+    plus wakeups whose switch onto a CPU never reached the buffer: on this VM's
+    kernel, tracefs does not record sched_switch away from the idle task on CPU 1
+    (the BPF probe sees those switches), so there a canary on CPU 1 is mostly lost
+    events, and says so.
     """
 
     name = "tracefs"
@@ -38,6 +45,8 @@ class TracefsProbe(LatencyProbe):
         self._watched: set[int] = set()
         self._runnable_since: dict[int, float] = {}
         self._partial = b""
+        self._pending: list[tuple[float, str, dict]] = []
+        self._unpaired = 0
         self._lost_at_stop = 0
 
     @classmethod
@@ -69,16 +78,25 @@ class TracefsProbe(LatencyProbe):
             self._set_filters()
 
     def drain(self) -> tuple[np.ndarray, np.ndarray]:
+        # trace_pipe merges the per-CPU buffers by timestamp, but only among events
+        # already committed: a wakeup on one CPU can come out after the switch it
+        # caused on another. Hold events back for REORDER_S and pair them in
+        # timestamp order (trace_clock "mono" is time.monotonic()'s clock).
+        self._pending += [event for line in self._read_lines() if (event := _parse(line))]
+        self._pending.sort(key=lambda event: event[0])
+        horizon = time.monotonic() - REORDER_S
+        ready = bisect.bisect_right(self._pending, horizon, key=lambda event: event[0])
         tids, latencies = [], []
-        for line in self._read_lines():
-            self._handle(line, tids, latencies)
+        for event in self._pending[:ready]:
+            self._handle(event, tids, latencies)
+        del self._pending[:ready]
         return to_arrays(tids, latencies)
 
     @property
     def lost(self) -> int:
         if self._fd is None:
             return self._lost_at_stop
-        total = 0
+        total = self._unpaired
         for stats in self.host.path(f"{self.instance}/per_cpu").glob("cpu*/stats"):
             fields = dict(line.split(":", 1) for line in stats.read_text().splitlines() if ":" in line)
             total += int(fields.get("overrun", "0")) + int(fields.get("dropped events", "0"))
@@ -129,20 +147,19 @@ class TracefsProbe(LatencyProbe):
         self._partial = lines.pop()
         return lines
 
-    def _handle(self, line: bytes, tids: list[int], latencies: list[int]) -> None:
-        match = _LINE.search(line.decode(errors="replace"))
-        if not match:
-            return
-        timestamp, event, rest = float(match[1]), match[2], match[3]
-        fields = dict(_FIELD.findall(rest))
-        if event in ("sched_wakeup", "sched_wakeup_new"):
+    def _handle(self, event: tuple[float, str, dict], tids: list[int], latencies: list[int]) -> None:
+        timestamp, name, fields = event
+        if name in ("sched_wakeup", "sched_wakeup_new"):
             self._mark(int(fields["pid"]), timestamp)
-        elif event == "sched_process_fork":
+        elif name == "sched_process_fork":
             if int(fields["pid"]) in self._watched:
                 self.watch([int(fields["child_pid"])])
-        elif event == "sched_switch":
+        elif name == "sched_switch":
+            prev = int(fields["prev_pid"])
+            if self._runnable_since.pop(prev, None) is not None:
+                self._unpaired += 1  # it ran, but the switch that put it on a CPU never reached us
             if fields["prev_state"].startswith("R"):  # preempted: runnable again at once
-                self._mark(int(fields["prev_pid"]), timestamp)
+                self._mark(prev, timestamp)
             tid = int(fields["next_pid"])
             since = self._runnable_since.pop(tid, None)
             if since is not None:
@@ -151,7 +168,17 @@ class TracefsProbe(LatencyProbe):
 
     def _mark(self, tid: int, timestamp: float) -> None:
         if tid in self._watched and tid != 0:
+            if tid in self._runnable_since:
+                self._unpaired += 1  # woken twice without a switch in between that we saw
             self._runnable_since[tid] = timestamp
 
     def _write(self, relative: str, value: str) -> None:
         self.host.write(f"{self.instance}/{relative}", value)
+
+
+def _parse(line: bytes) -> tuple[float, str, dict] | None:
+    """(timestamp, event name, fields) of one trace_pipe line, or None for anything else."""
+    match = _LINE.search(line.decode(errors="replace"))
+    if not match:
+        return None
+    return float(match[1]), match[2], dict(_FIELD.findall(match[3]))
