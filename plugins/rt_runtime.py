@@ -56,11 +56,25 @@ def tuned_rl_plan(profile, host):
     if "global_runtime_us" in config:
         before = host.read(GLOBAL_RUNTIME)
         after = str(config["global_runtime_us"])
-        step = Step("rt_runtime", "set global RT budget", [Change("file", GLOBAL_RUNTIME, before, after)])
+        step = Step("rt_runtime", "set global RT budget",
+                    _root_group_changes(host, int(after)) + [Change("file", GLOBAL_RUNTIME, before, after)])
         # Raise the host's budget before a cgroup's, lower it after: the kernel
         # refuses a parent budget below what its children hold.
         steps.insert(0 if _budget(after) >= _budget(before) else len(steps), step)
     return steps
+
+
+def _root_group_changes(host, runtime: int) -> list[Change]:
+    """With RT group scheduling the root cgroup holds its own budget (950000 at boot), and the
+    kernel refuses a global budget below it: lower it first, in the same step."""
+    mount = host.cgroup_v1_mount("cpu")
+    root_file = f"{mount}/cpu.rt_runtime_us" if mount else None
+    if runtime == UNLIMITED or root_file is None or not host.exists(root_file):
+        return []
+    current = int(host.read(root_file))
+    if current != UNLIMITED and current <= runtime:
+        return []
+    return [Change("file", root_file, str(current), str(runtime))]
 
 
 def _check_keys(config: dict) -> list[Problem]:

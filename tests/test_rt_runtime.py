@@ -77,3 +77,11 @@ def test_lowering_below_what_sub_cgroups_hold_is_refused(tree, profile_file):
     plugins = load_plugins()
     profile = load_profile(profile_file('[rt_runtime]\ncgroup = "ray"\ncgroup_runtime_us = 300000\n'))
     assert any("sub-cgroups" in p for p in plugins.validate(profile, tree.host))
+
+
+def test_lowering_the_global_budget_lowers_the_root_cgroups_first(tree, profile_file):
+    steps = plan(tree, profile_file, "[rt_runtime]\nglobal_runtime_us = 900000\n")
+    assert steps[0][2] == [(f"{CPU_MOUNT}/cpu.rt_runtime_us", "950000", "900000"),
+                           ("/proc/sys/kernel/sched_rt_runtime_us", "950000", "900000")]
+    raised = plan(tree, profile_file, "[rt_runtime]\nglobal_runtime_us = 960000\n")
+    assert [c[0] for c in raised[0][2]] == ["/proc/sys/kernel/sched_rt_runtime_us"]

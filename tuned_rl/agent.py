@@ -6,7 +6,8 @@ import dataclasses
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Callable
 
 from tuned_rl.changes import Change, Step
@@ -14,11 +15,15 @@ from tuned_rl.host import Host, TaskGone
 from tuned_rl.journal import Applied, Journal, Record, exclusive_lock
 from tuned_rl.plugin_host import PluginHost
 from tuned_rl.profile import Profile
+from tuned_rl.probes import ProbeError
 from tuned_rl.report import ChangeReport, Report, StepReport
+from tuned_rl.targets import TargetError, target_from_table
+from tuned_rl.verify import StepVerdict, Verifier
+from tuned_rl.verify_settings import VerifySettings
 
 Progress = Callable[[str], None]
 
-NOT_VERIFIED = "not verified: latency verification is not part of this version"
+NOT_VERIFIED = "not verified"
 
 
 class HostError(RuntimeError):
@@ -67,24 +72,41 @@ class Agent:
         return report
 
     def apply(self, profile: Profile, verify: bool = True) -> tuple[Report, int]:
-        """Roll back what is applied, then apply each step; returns the report and exit status."""
+        """Roll back what is applied, then apply (and verify) each step; returns the report and exit status."""
         report = Report(profile.name, dry_run=False)
-        with exclusive_lock(self.journal.state_dir):
+        with exclusive_lock(self.journal.state_dir), ExitStack() as stack:
             report.notes += self._clear_previous()
             steps = self.plugins.plan(profile, self.host)
             self._check_writable(steps)
             self.journal.begin(Applied(profile.name, str(profile.path), self.host.boot_id(), time.time()))
+            changing = any(s.pending_changes and not s.skip_reason for s in steps)
+            verifier, unverified = self._start_verifier(stack, profile, verify) if changing else (None, "")
+            report.notes += verifier.notes if verifier else []
             status = 0
             for index, step in enumerate(steps):
                 if status:
                     report.steps.append(self._step_report(step, "skipped", "not attempted: an earlier step failed"))
                     continue
-                self.progress(f"[{index + 1}/{len(steps)}] {self._plugin(step)}: {step.title}")
-                step_report = self._apply_step(index, step, verify)
+                label = f"[{index + 1}/{len(steps)}] {self._plugin(step)}: {step.title}"
+                self.progress(label)
+                step_report = self._apply_step(index, step, label, verifier, unverified)
                 report.steps.append(step_report)
                 status = 1 if step_report.outcome == "failed" else 0
             self.journal.finish()
         return report, status
+
+    def _start_verifier(self, stack: ExitStack, profile: Profile, verify: bool) -> tuple[Verifier | None, str]:
+        """A started Verifier, or None and the reason steps go unverified."""
+        if not verify:
+            return None, "applied with --no-verify"
+        if profile.get("target") is None:
+            return None, "not verified: the profile names no [target]"
+        target, canary = target_from_table(profile.get("target"))
+        verifier = Verifier(self.host, target, canary, VerifySettings.from_table(profile.get("verify")), self.progress)
+        try:
+            return stack.enter_context(verifier), ""
+        except (ProbeError, TargetError, OSError, RuntimeError) as err:
+            return None, f"not verified: cannot measure {target}: {_describe_error(err)}"
 
     def rollback(self) -> tuple[dict, int]:
         """Undo every journaled change, newest first; idempotent. Returns report and exit status."""
@@ -113,24 +135,55 @@ class Agent:
 
     # -- one step -------------------------------------------------------------
 
-    def _apply_step(self, index: int, step: Step, verify: bool) -> StepReport:
+    def _apply_step(self, index: int, step: Step, label: str, verifier: Verifier | None,
+                    unverified: str) -> StepReport:
         if step.skip_reason:
             return self._step_report(step, "skipped", step.skip_reason)
         if not step.pending_changes:
             return self._step_report(step, "unchanged", "already set")
         records: list[Record] = []
-        try:
+
+        def apply() -> None:
+            if records:  # applied before, then reverted for an interleaved round
+                for record in records:
+                    self._write_change(record.change)
+                return
             for change in step.pending_changes:
                 records.append(self._journal_change(index, step, change))
                 self._write_change(records[-1].change)
+
+        def revert() -> None:
+            for record in reversed(records):
+                self._write_change(dataclasses.replace(record.change, after=record.change.before))
+
+        try:
+            result = verifier.verify(label, apply, revert) if verifier else apply()
         except (OSError, StepFailed, TaskGone) as err:
             self._undo(records)
             return self._step_report(step, "failed", f"{_describe_error(err)}; step reverted")
+        except ProbeError as err:  # the change is in place; only its measurement failed
+            result, unverified = None, f"not verified: the probe failed: {err}"
+        changes = [r.change for r in records]
+        if result is not None and not result.keep:
+            self._undo(records)
+            return self._verified_report(step, result, changes)
         for record in records:
             record.state = "done"
             self.journal.save(record)
-        reason = "applied with --no-verify" if not verify else NOT_VERIFIED
-        return self._step_report(step, "applied", reason, [r.change for r in records])
+        if result is None:
+            return self._step_report(step, "applied", unverified or NOT_VERIFIED, changes)
+        return self._verified_report(step, result, changes)
+
+    def _verified_report(self, step: Step, result: StepVerdict, changes: list[Change]) -> StepReport:
+        reason = result.verdict.reason + ("; baseline reused from the previous step" if result.reused_baseline else "")
+        if result.outcome == "inconclusive":
+            reason += "; kept (on_inconclusive = keep)"
+        report = self._step_report(step, result.outcome, reason, changes)
+        report.before, report.after = result.figures()
+        report.verdict = {"outcome": result.verdict.outcome, "p_value": result.verdict.p_value,
+                          "ratio": None if result.verdict.ratio == float("inf") else round(result.verdict.ratio, 3)}
+        report.reused_baseline, report.rounds = result.reused_baseline, result.rounds or None
+        return report
 
     def _journal_change(self, index: int, step: Step, change: Change) -> Record:
         # The journal must hold the true original, even if it moved since planning.

@@ -12,10 +12,11 @@ from tuned_rl.changes import Step
 from tuned_rl.host import Host
 from tuned_rl.profile import PROFILE_TABLE, Profile
 from tuned_rl.schema import Problem, Table
+from tuned_rl.targets import TARGET_TABLE, target_problems
 from tuned_rl.verify_settings import VERIFY_TABLE
 
 ENTRY_POINT_GROUP = "tuned_rl"
-CORE_TABLES = {"verify": VERIFY_TABLE}  # [profile] is checked first, on its own
+CORE_TABLES = {"verify": VERIFY_TABLE, "target": TARGET_TABLE}  # [profile] is checked first, on its own
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class PluginHost:
                 problems += self.tables[name].check(values)
             else:
                 problems.append(Problem(name, self._unknown_table(name)))
+        if not problems and "target" in profile.tables:
+            problems += target_problems(profile.tables["target"], host)
         if not problems:
             for found in self.manager.hook.tuned_rl_validate(profile=profile, host=host):
                 problems += found or []

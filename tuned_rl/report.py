@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from tuned_rl.stats import format_us
+
 OUTCOMES = ("planned", "unchanged", "applied", "kept", "reverted", "failed", "skipped", "inconclusive")
 
 
@@ -27,13 +29,19 @@ class StepReport:
     reason: str = ""
     before: dict | None = None  # latency figures, once a probe measured the step
     after: dict | None = None
+    verdict: dict | None = None  # the judge's p-value and ratio
+    reused_baseline: bool = False  # "before" is the previous step's measurement
+    rounds: list[dict] | None = None  # each round's figures, with [verify] rounds > 1
 
     def to_dict(self) -> dict:
         data = {"plugin": self.plugin, "step": self.step,
                 "changes": [c.to_dict() for c in self.changes],
                 "outcome": self.outcome, "reason": self.reason}
         if self.before is not None:
-            data["before"], data["after"] = self.before, self.after
+            data.update(before=self.before, after=self.after, verdict=self.verdict,
+                        reused_baseline=self.reused_baseline)
+        if self.rounds:
+            data["rounds"] = self.rounds
         return data
 
 
@@ -69,6 +77,9 @@ def _step_rows(step: StepReport) -> list[tuple[str, str, str]]:
         rows = [(name, step.outcome, "")]
     if step.reason:
         rows.append(("", "", f"({step.reason})"))
+    for figures in step.rounds or []:
+        rows.append(("", "", f"round {figures['round']}: p999 {format_us(figures['before']['p999_us'])} -> "
+                             f"{format_us(figures['after']['p999_us'])}"))
     return rows
 
 

@@ -7,7 +7,9 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from tuned_rl.host import Host
+from tuned_rl.canary import CanarySpec
+from tuned_rl.host import SCHED_POLICIES, Host, parse_cpu_list
+from tuned_rl.schema import Key, Problem, Table
 
 KINDS = ("pid", "name", "cgroup", "unit", "canary")
 
@@ -43,6 +45,62 @@ class Target:
 
     def __str__(self) -> str:
         return self.kind if self.kind == "canary" else f"{self.kind}:{self.value}"
+
+
+TARGET_TABLE = Table(
+    "target",
+    "The workload whose latency decides whether a step is kept: exactly one of pid, name, cgroup, unit, canary.",
+    {
+        "pid": Key(int, "A process (all its threads).", minimum=1),
+        "name": Key(str, "Processes whose name or command line match this regular expression."),
+        "cgroup": Key(str, "A cgroupfs directory, e.g. /sys/fs/cgroup/cpu/rl."),
+        "unit": Key(str, "A systemd unit (its cgroup)."),
+        "canary": Key(bool, "A process tuned-rl starts, placed like the workload, for a node without it yet."),
+        "canary_period_us": Key(int, "The canary wakes this often.", minimum=50, maximum=10_000_000),
+        "canary_work_us": Key(int, "Busy work per wake, like an inference step.", minimum=0, maximum=10_000_000),
+        "canary_threads": Key(int, "Waking threads.", minimum=1, maximum=64),
+        "canary_cpus": Key(str, "CPU list to pin the canary to, e.g. \"0\" or \"2-3\"."),
+        "canary_policy": Key(str, "Scheduling policy.", choices=tuple(sorted(SCHED_POLICIES))),
+        "canary_priority": Key(int, "Priority for SCHED_FIFO / SCHED_RR.", minimum=0, maximum=99),
+        "canary_cgroup": Key(str, "cgroupfs directory to start the canary in."),
+    },
+)
+
+
+def target_from_table(table: dict) -> tuple[Target, CanarySpec | None]:
+    """The [target] table as a Target (and the canary's spec); assumes TARGET_TABLE checked it."""
+    if table.get("canary"):
+        spec = CanarySpec(**{key[len("canary_"):]: value for key, value in table.items()
+                             if key.startswith("canary_")})
+        return Target("canary"), spec
+    kind = next(k for k in ("pid", "name", "cgroup", "unit") if k in table)
+    return Target(kind, str(table[kind])), None
+
+
+def target_problems(table: dict, host: Host) -> list[Problem]:
+    """What a key-by-key check cannot see: one target, a canary's settings only with a canary."""
+    chosen = [k for k in ("pid", "name", "cgroup", "unit") if k in table] + (["canary"] if table.get("canary") else [])
+    if len(chosen) != 1:
+        return [Problem("target", f"name exactly one of pid, name, cgroup, unit, canary = true (found: "
+                                  f"{', '.join(chosen) or 'none'})")]
+    canary_keys = [k for k in table if k.startswith("canary_")]
+    if canary_keys and chosen != ["canary"]:
+        return [Problem(f"target.{canary_keys[0]}", "canary settings need canary = true")]
+    problems = []
+    if "name" in table:
+        try:
+            re.compile(table["name"])
+        except re.error as err:
+            problems.append(Problem("target.name", f"not a regular expression: {err}"))
+    for key in ("cgroup", "canary_cgroup"):
+        if key in table and not host.is_dir(table[key]):
+            problems.append(Problem(f"target.{key}", f"cgroup directory {table[key]} does not exist"))
+    if "canary_cpus" in table:
+        try:
+            parse_cpu_list(table["canary_cpus"])
+        except ValueError as err:
+            problems.append(Problem("target.canary_cpus", str(err)))
+    return problems
 
 
 def resolve_tids(host: Host, target: Target) -> set[int]:

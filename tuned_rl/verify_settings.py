@@ -20,6 +20,10 @@ VERIFY_TABLE = Table(
         "tolerance": Key(float, "How much worse the metric may get before it counts (0.1 = 10%).",
                          minimum=0, maximum=100),
         "confidence": Key(float, "How sure the judge must be of a regression.", minimum=0.5, maximum=0.9999),
+        "settle_seconds": Key(float, "Wait after a change before measuring it.", minimum=0, maximum=600),
+        "rounds": Key(int, "Alternate without/with the step this many times (A B A B ...) and pool the arms.",
+                      minimum=1, maximum=20),
+        "on_inconclusive": Key(str, "Keep or revert a step the judge cannot decide on.", choices=("keep", "revert")),
     },
 )
 
@@ -33,6 +37,9 @@ class VerifySettings:
     min_samples: int = JudgeSettings.min_samples
     tolerance: float = JudgeSettings.tolerance
     confidence: float = JudgeSettings.confidence
+    settle_seconds: float = 1.0
+    rounds: int = 1
+    on_inconclusive: str = "keep"
 
     @classmethod
     def from_table(cls, table: dict | None) -> "VerifySettings":

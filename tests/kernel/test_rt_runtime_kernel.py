@@ -65,6 +65,17 @@ def test_sigkill_mid_step_then_rollback_restores_the_kernel(point, raise_budget,
     assert {p: read(p) for p in original} == original
 
 
+def test_lowering_the_global_budget_works_and_rolls_back(rt_cgroup, profile_file, state_dir):
+    root = "/sys/fs/cgroup/cpu/cpu.rt_runtime_us"
+    original = {GLOBAL: read(GLOBAL), root: read(root)}
+    status, out, err = run_cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"), "--json",
+                               root=None, state_dir=state_dir)
+    assert status == 0, out + err
+    assert read(GLOBAL) == "900000" and read(root) == "900000"
+    assert run_cli("rollback", root=None, state_dir=state_dir)[0] == 0
+    assert {p: read(p) for p in original} == original
+
+
 def test_a_value_the_kernel_refuses_fails_and_is_reverted(rt_cgroup, profile_file, state_dir):
     # The cgroup holds 500000, so the kernel refuses a global budget below it.
     original = read(GLOBAL)
