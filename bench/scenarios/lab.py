@@ -1,0 +1,157 @@
+"""The scenario lab's shared pieces: cgroups, load, the lab plugin, and running `tuned-rl apply`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).parent
+CPU = Path("/sys/fs/cgroup/cpu")
+CPUSET = Path("/sys/fs/cgroup/cpuset")
+
+
+@dataclass
+class Outcome:
+    """What one scenario run showed."""
+
+    scenario: str
+    decision: str
+    before_p999_us: float | None
+    after_p999_us: float | None
+    seconds: float
+    report: dict
+    host_restored: bool
+
+    def row(self) -> str:
+        def ms(us):
+            return "-" if us is None else f"{us / 1000:.2f} ms"
+        return (f"{self.scenario:<16} {ms(self.before_p999_us):>11} {ms(self.after_p999_us):>11} "
+                f"{self.decision:<13} {self.seconds:6.1f} s  {'yes' if self.host_restored else 'NO'}")
+
+
+HEADER = f"{'scenario':<16} {'before p999':>11} {'after p999':>11} {'decision':<13} {'time':>8}  restored"
+
+
+@contextmanager
+def lab_plugin_path():
+    """Install the lab plugin as its own distribution; yields a PYTHONPATH entry."""
+    work = Path(tempfile.mkdtemp(prefix="tuned-rl-lab-"))
+    try:
+        source = work / "src"
+        source.mkdir()
+        shutil.copy(HERE / "lab_plugin.py", source / "tuned_rl_lab_plugin.py")
+        (source / "pyproject.toml").write_text(textwrap.dedent("""\
+            [build-system]
+            requires = ["setuptools"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "tuned-rl-lab-plugin"
+            version = "0"
+            [tool.setuptools]
+            py-modules = ["tuned_rl_lab_plugin"]
+            [project.entry-points.tuned_rl]
+            lab_write = "tuned_rl_lab_plugin"
+            """))
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                        "--no-build-isolation", "--target", str(work / "site"), str(source)], check=True)
+        yield str(work / "site")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def cgroup(hierarchy: Path, name: str, settings: dict[str, str]):
+    """A cgroup with ``settings`` written in order; its tasks are moved out and it is removed after."""
+    directory = hierarchy / name
+    directory.mkdir()
+    try:
+        for key, value in settings.items():
+            (directory / key).write_text(value)
+        yield directory
+    finally:
+        for tid in (directory / "tasks").read_text().split():
+            try:
+                (hierarchy / "tasks").write_text(tid)
+            except OSError:
+                pass  # exited meanwhile
+        if (directory / "cpu.rt_runtime_us").exists():
+            (directory / "cpu.rt_runtime_us").write_text("0")
+        directory.rmdir()
+
+
+@contextmanager
+def processes(commands: list[list[str]], setup=None):
+    """Start ``commands``; ``setup(process)`` places each one; all are killed after."""
+    started = []
+    try:
+        for command in commands:
+            process = subprocess.Popen(command)
+            started.append(process)
+            if setup:
+                setup(process)
+        yield started
+    finally:
+        for process in started:
+            process.kill()
+        for process in started:
+            process.wait()
+
+
+def hog_command() -> list[str]:
+    return [sys.executable, "-c", "while True: pass"]
+
+
+def duty_command(busy_ms: float, period_ms: float) -> list[str]:
+    """A thread busy ``busy_ms`` of every ``period_ms``: an RT actor doing its work."""
+    return [sys.executable, "-c", textwrap.dedent(f"""\
+        import time
+        while True:
+            start = time.monotonic()
+            while time.monotonic() - start < {busy_ms / 1000}:
+                pass
+            time.sleep({(period_ms - busy_ms) / 1000})
+        """)]
+
+
+def apply_profile(text: str, state_dir: Path, extra_path: str | None = None, timeout: float = 600) -> tuple[dict, float]:
+    """Run `tuned-rl apply --json` on a profile; returns the report and the seconds it took."""
+    profile = state_dir / "profile.toml"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    profile.write_text(text)
+    env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
+    env.pop("TUNED_RL_HOST_ROOT", None)
+    if extra_path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra_path, env.get("PYTHONPATH")]))
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "apply", str(profile), "--json"],
+                            capture_output=True, text=True, env=env, timeout=timeout)
+    seconds = time.monotonic() - started
+    if result.returncode != 0 or not result.stdout.strip():
+        raise RuntimeError(f"tuned-rl apply exited {result.returncode}: {result.stderr[-2000:]}")
+    return json.loads(result.stdout), seconds
+
+
+def rollback(state_dir: Path) -> None:
+    env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
+    env.pop("TUNED_RL_HOST_ROOT", None)
+    subprocess.run([sys.executable, "-m", "tuned_rl.cli", "rollback"], check=True, env=env,
+                   capture_output=True, timeout=120)
+
+
+def outcome_of(scenario: str, report: dict, seconds: float, restored: bool) -> Outcome:
+    step = report["steps"][-1]
+    return Outcome(scenario, step["outcome"], (step.get("before") or {}).get("p999_us"),
+                   (step.get("after") or {}).get("p999_us"), seconds, report, restored)
+
+
+def snapshot(paths: list[Path]) -> dict[str, str]:
+    return {str(p): p.read_text().strip() for p in paths}

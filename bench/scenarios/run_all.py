@@ -1,0 +1,29 @@
+"""Run every scenario of the lab once and print the table the README shows.
+
+    sudo .venv/bin/python bench/scenarios/run_all.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import harmful_step  # noqa: E402
+import harmless_step  # noqa: E402
+import rt_throttling  # noqa: E402
+from lab import HEADER, lab_plugin_path  # noqa: E402
+
+
+def main() -> None:
+    print(HEADER, flush=True)
+    with lab_plugin_path() as plugin_path:
+        for run in (rt_throttling.run, harmful_step.run, lambda state: harmless_step.run(state, plugin_path)):
+            with tempfile.TemporaryDirectory() as state:
+                result = run(Path(state))
+            print(result.row(), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The scenario lab as kernel tests: RT throttling kept, a harmful step reverted, a harmless one kept."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuned_rl.host import Host
+from tuned_rl.probes import BpfProbe
+
+sys.path.insert(0, str(Path(__file__).parent.parent.parent / "bench" / "scenarios"))
+import harmful_step  # noqa: E402
+import harmless_step  # noqa: E402
+import rt_throttling  # noqa: E402
+from lab import lab_plugin_path  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or BpfProbe.obstacles(Host(), True) != [],
+                                reason="needs root and a working BPF probe")
+
+
+def test_raising_a_throttled_cgroups_rt_budget_is_kept_and_p999_falls_tenfold(tmp_path):
+    result = rt_throttling.run(tmp_path)
+    step = result.report["steps"][-1]
+    print(result.row())
+    assert step["outcome"] == "kept", step["reason"]
+    assert step["changes"][-1]["before"] == "500000" and step["changes"][-1]["after"] == "950000"
+    assert step["before"]["n"] >= 2000 and step["after"]["n"] >= 2000
+    assert result.after_p999_us <= result.before_p999_us / 10
+    assert result.before_p999_us > 100_000  # throttled for hundreds of milliseconds
+    assert result.seconds < 120 and result.host_restored
+
+
+def test_a_harmful_step_is_reverted_and_its_value_is_back(tmp_path):
+    result = harmful_step.run(tmp_path)
+    step = result.report["steps"][-1]
+    print(result.row())
+    assert step["outcome"] == "reverted", step["reason"]
+    assert step["verdict"]["p_value"] < 0.01 and result.after_p999_us > 1.2 * result.before_p999_us
+    assert result.seconds < 120 and result.host_restored
+
+
+def test_a_harmless_step_is_kept(tmp_path):
+    with lab_plugin_path() as plugin_path:
+        result = harmless_step.run(tmp_path, plugin_path)
+    print(result.row())
+    assert result.decision == "kept", result.report["steps"][-1]["reason"]
+    assert result.seconds < 120 and result.host_restored
+
+
+def test_with_three_rounds_every_rounds_figures_are_reported(tmp_path):
+    with lab_plugin_path() as plugin_path:
+        result = harmless_step.run(tmp_path, plugin_path, rounds=3)
+    step = result.report["steps"][-1]
+    assert result.decision == "kept", step["reason"]
+    assert [r["round"] for r in step["rounds"]] == [1, 2, 3]
+    assert all(r["before"]["n"] > 0 and r["after"]["n"] > 0 for r in step["rounds"])
+    assert result.seconds < 120 and result.host_restored
+
+
+def test_a_five_step_profile_is_verified_within_three_minutes(tmp_path):
+    import five_steps
+    with lab_plugin_path() as plugin_path:
+        report, seconds, restored = five_steps.run(tmp_path, plugin_path)
+    outcomes = [s["outcome"] for s in report["steps"]]
+    assert len(outcomes) == 5 and set(outcomes) <= {"kept", "reverted", "inconclusive"}
+    assert [s["reused_baseline"] for s in report["steps"]] == [False, True, True, True, True] or \
+        "reverted" in outcomes  # a reverted step's successor reuses the pre-step measurement too
+    assert seconds < 180 and restored
