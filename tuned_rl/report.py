@@ -75,6 +75,10 @@ def _step_rows(step: StepReport) -> list[tuple[str, str, str]]:
     rows = [(name if i == 0 else "", step.outcome if i == 0 else "", text) for i, text in enumerate(changes)]
     if not rows:
         rows = [(name, step.outcome, "")]
+    if step.before is not None:
+        b, a = step.before, step.after
+        rows.append(("", "", f"latency p99 {format_us(b['p99_us'])} -> {format_us(a['p99_us'])}, p999 "
+                             f"{format_us(b['p999_us'])} -> {format_us(a['p999_us'])} (n {b['n']} / {a['n']})"))
     if step.reason:
         rows.append(("", "", f"({step.reason})"))
     for figures in step.rounds or []:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import (CPUSET, HEADER, Outcome, apply_profile, cgroup, hog_command, lab_plugin_path,  # noqa: E402
-                 outcome_of, processes, rollback)
+from lab import (CPUSET, Outcome, apply_profile, cgroup, hog_command, lab_plugin_path,  # noqa: E402
+                 main_once, outcome_of, processes, rollback)
 
 NAME = "tuned-rl-lab-cpuset"
 PROFILE = """\
@@ -51,8 +50,4 @@ def run(state_dir: Path) -> Outcome:
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as state:
-        result = run(Path(state))
-    print(HEADER)
-    print(result.row())
-    print(result.report["steps"][-1]["reason"])
+    main_once(run)

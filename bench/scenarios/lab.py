@@ -155,3 +155,13 @@ def outcome_of(scenario: str, report: dict, seconds: float, restored: bool) -> O
 
 def snapshot(paths: list[Path]) -> dict[str, str]:
     return {str(p): p.read_text().strip() for p in paths}
+
+
+def main_once(run) -> None:
+    """A scenario's command line: run it once, print its row, its reason and its JSON report."""
+    with tempfile.TemporaryDirectory() as state:
+        result = run(Path(state))
+    print(HEADER)
+    print(result.row())
+    print(result.report["steps"][-1]["reason"])
+    print(json.dumps(result.report, indent=1))

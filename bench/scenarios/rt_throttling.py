@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import CPU, HEADER, Outcome, apply_profile, cgroup, duty_command, outcome_of, processes, rollback  # noqa: E402
+from lab import CPU, Outcome, apply_profile, cgroup, duty_command, main_once, outcome_of, processes, rollback  # noqa: E402,E501
 
 NAME = "tuned-rl-lab-rt"
 PROFILE = """\
@@ -52,8 +51,4 @@ def run(state_dir: Path) -> Outcome:
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as state:
-        result = run(Path(state))
-    print(HEADER)
-    print(result.row())
-    print(result.report["steps"][-1]["reason"])
+    main_once(run)

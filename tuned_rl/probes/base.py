@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Iterable
@@ -70,6 +71,20 @@ class LatencyProbe(ABC):
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def read_available(fd: int) -> bytes:
+    """Everything a non-blocking pipe or trace_pipe holds now."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def to_arrays(tids: list[int], latencies: list[int]) -> tuple[np.ndarray, np.ndarray]:

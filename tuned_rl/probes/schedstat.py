@@ -10,7 +10,7 @@ import numpy as np
 
 from tuned_rl.canary import RECORD
 from tuned_rl.host import Host
-from tuned_rl.probes.base import LatencyProbe, Obstacle
+from tuned_rl.probes.base import LatencyProbe, Obstacle, read_available
 
 
 class SchedstatProbe(LatencyProbe):
@@ -46,15 +46,7 @@ class SchedstatProbe(LatencyProbe):
         pass  # every canary thread reports by itself
 
     def drain(self) -> tuple[np.ndarray, np.ndarray]:
-        data = self._pending
-        while True:
-            try:
-                chunk = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            data += chunk
+        data = self._pending + read_available(self._fd)
         whole = len(data) - len(data) % RECORD.size
         self._pending = data[whole:]
         records = np.frombuffer(data[:whole], dtype=np.dtype([("tid", "<u4"), ("ns", "<u8")]))

@@ -11,7 +11,7 @@ from typing import Iterable
 import numpy as np
 
 from tuned_rl.host import Host
-from tuned_rl.probes.base import LatencyProbe, Obstacle, ProbeError, to_arrays
+from tuned_rl.probes.base import LatencyProbe, Obstacle, ProbeError, read_available, to_arrays
 
 TRACING = "/sys/kernel/tracing"
 EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_switch", "sched_process_fork")
@@ -133,16 +133,7 @@ class TracefsProbe(LatencyProbe):
             self._write(f"events/sched/{event}/filter", text)
 
     def _read_lines(self) -> list[bytes]:
-        chunks = [self._partial]
-        while True:
-            try:
-                chunk = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        data = b"".join(chunks)
+        data = self._partial + read_available(self._fd)
         lines = data.split(b"\n")
         self._partial = lines.pop()
         return lines

@@ -1,0 +1,136 @@
+"""The verification loop's decisions, with a fake probe whose latency depends on the host's state."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tuned_rl.agent import Agent
+from tuned_rl.host import Host
+from tuned_rl.journal import Journal
+from tuned_rl.plugin_host import load_plugins
+from tuned_rl.profile import load_profile
+from tuned_rl.targets import Target
+from tuned_rl.verify import Verifier
+from tuned_rl.verify_settings import VerifySettings
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+from judge_sim import heavy_tail  # noqa: E402  the bench's noise model
+
+SWAPPINESS = "/proc/sys/vm/swappiness"
+
+
+class StateProbe:
+    """Each drain returns one window of events whose scale depends on the state."""
+
+    name = "fake"
+
+    def __init__(self, scale_of_state):
+        self.scale_of_state, self.lost = scale_of_state, 0
+        self.rng = np.random.default_rng(11)
+
+    def drain(self):
+        values = heavy_tail(self.rng, 1000, self.scale_of_state())
+        return np.zeros(len(values), dtype=np.int64), values
+
+    def watch(self, tids):
+        pass
+
+
+def verifier_with(scale_of_state, **settings):
+    verifier = Verifier(Host("/nonexistent"), Target("canary"), None,
+                        VerifySettings(window_seconds=0.001, settle_seconds=0, **settings))
+    verifier._probe = StateProbe(scale_of_state)
+    return verifier
+
+
+def run_step(verifier, harm: float):
+    state = {"applied": False, "applies": 0, "reverts": 0}
+
+    def apply():
+        state["applied"], state["applies"] = True, state["applies"] + 1
+
+    def revert():
+        state["applied"], state["reverts"] = False, state["reverts"] + 1
+
+    verifier._probe.scale_of_state = lambda: harm if state["applied"] else 1.0
+    return verifier.verify("step", apply, revert), state
+
+
+def test_a_harmful_step_is_reverted_and_a_harmless_one_kept():
+    verifier = verifier_with(lambda: 1.0)
+    result, state = run_step(verifier, harm=3.0)
+    assert result.outcome == "reverted" and not state["applied"]
+    result, state = run_step(verifier, harm=1.0)
+    assert result.outcome == "kept" and state["applied"]
+
+
+def test_the_measurement_after_a_kept_step_is_the_next_steps_baseline():
+    verifier = verifier_with(lambda: 1.0)
+    first, _ = run_step(verifier, harm=1.0)
+    second, _ = run_step(verifier, harm=1.0)
+    assert not first.reused_baseline and second.reused_baseline
+    assert second.before is first.after
+
+
+def test_too_few_samples_is_inconclusive_and_kept_or_reverted_by_policy():
+    keep = verifier_with(lambda: 1.0, min_samples=10**6)
+    result, state = run_step(keep, harm=1.0)
+    assert result.outcome == "inconclusive" and state["applied"]
+    revert = verifier_with(lambda: 1.0, min_samples=10**6, on_inconclusive="revert")
+    result, state = run_step(revert, harm=1.0)
+    assert result.outcome == "reverted" and not state["applied"]
+
+
+def test_rounds_alternate_and_report_each_round():
+    verifier = verifier_with(lambda: 1.0, rounds=3, windows=9)
+    result, state = run_step(verifier, harm=3.0)
+    assert (state["applies"], state["reverts"]) == (3, 3)  # A B A B A B, then the regression is reverted
+    assert [r["round"] for r in result.rounds] == [1, 2, 3]
+    assert len(result.before.windows) == 3 * 3  # 4 windows a block, the first after each switch discarded
+    assert result.outcome == "reverted" and not state["applied"]
+
+
+class FakeVerifier:
+    """Stands in for a started Verifier inside the agent: applies, then calls the step harmful."""
+
+    def __init__(self, keep):
+        self.keep = keep
+
+    def verify(self, label, apply, revert):
+        from tuned_rl.judge import Verdict
+        from tuned_rl.measure import Measurement
+        from tuned_rl.verify import StepVerdict
+        apply()
+        if not self.keep:
+            revert()
+        verdict = Verdict("regression" if not self.keep else "no regression", 100.0, 300.0, 0.001, "p999 100 -> 300")
+        return StepVerdict(self.keep, "kept" if self.keep else "reverted", verdict,
+                           Measurement("fake", [np.array([100_000])]), Measurement("fake", [np.array([300_000])]))
+
+
+def test_the_agent_undoes_a_reverted_step_and_forgets_its_records(tree, profile_file, state_dir):
+    agent = Agent(load_plugins(), tree.host, Journal(state_dir))
+    profile = load_profile(profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
+    step = load_plugins().plan(profile, tree.host)[0]
+    before = tree.snapshot()
+    report = agent._apply_step(0, step, "label", FakeVerifier(keep=False), "")
+    assert report.outcome == "reverted" and report.before["p999_us"] == 100 and report.after["p999_us"] == 300
+    assert tree.snapshot() == before and Journal(state_dir).records() == []
+    report = agent._apply_step(0, step, "label", FakeVerifier(keep=True), "")
+    assert report.outcome == "kept" and tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "900000"
+    assert [r.state for r in Journal(state_dir).records()] == ["done", "done"]
+
+
+def test_a_profile_without_target_is_applied_unverified(tree, cli, profile_file):
+    import json
+    out = json.loads(cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"), "--json")[1])
+    assert out["steps"][0]["outcome"] == "applied"
+    assert out["steps"][0]["reason"] == "not verified: the profile names no [target]"
+
+
+def test_a_target_that_cannot_be_measured_leaves_steps_applied_not_kept(tree, cli, profile_file):
+    import json
+    text = "[target]\npid = 999999\n[verify]\nprobe = \"tracefs\"\n[rt_runtime]\nglobal_runtime_us = 900000\n"
+    out = json.loads(cli("apply", profile_file(text), "--json")[1])
+    assert out["steps"][0]["outcome"] == "applied" and out["steps"][0]["reason"].startswith("not verified: ")
