@@ -44,9 +44,12 @@ def run(state_dir: Path) -> Outcome:
             cgroup(CPUSET, NAME, {"cpuset.mems": "0", "cpuset.cpus": "1"}) as directory, \
             processes([hog_command()] * 3, pin_to_cpu0_at_nice_minus_10):
         report, seconds = apply_profile(PROFILE.format(directory=directory), state_dir, plugin_path)
+        after_apply = (directory / "cpuset.cpus").read_text().strip()  # a reverted step put it back itself
         rollback(state_dir)
         restored = (directory / "cpuset.cpus").read_text().strip() == "1"
-    return outcome_of("harmful step", report, seconds, restored)
+    result = outcome_of("harmful step", report, seconds, restored)
+    result.value_after_apply = after_apply
+    return result
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ class Outcome:
     seconds: float
     report: dict
     host_restored: bool
+    value_after_apply: str | None = None  # what the step's target held when apply finished
 
     def row(self) -> str:
         def ms(us):

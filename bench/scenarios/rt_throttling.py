@@ -39,7 +39,12 @@ cgroup_runtime_us = 950000
 
 def run(state_dir: Path) -> Outcome:
     with cgroup(CPU, NAME, {"cpu.rt_runtime_us": "500000"}) as directory:
+        cpus = iter(range(os.cpu_count()))
+
         def place(process):
+            # One actor per CPU: two on one CPU would leave the other CPU's share of the
+            # group's budget unthrottled, and the canary would simply run there.
+            os.sched_setaffinity(process.pid, {next(cpus) % os.cpu_count()})
             (directory / "tasks").write_text(str(process.pid))
             os.sched_setscheduler(process.pid, os.SCHED_FIFO, os.sched_param(10))
 

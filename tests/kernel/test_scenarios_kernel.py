@@ -37,6 +37,7 @@ def test_a_harmful_step_is_reverted_and_its_value_is_back(tmp_path):
     print(result.row())
     assert step["outcome"] == "reverted", step["reason"]
     assert step["verdict"]["p_value"] < 0.01 and result.after_p999_us > 1.2 * result.before_p999_us
+    assert result.value_after_apply == "1"  # back on CPU 1 when apply returned, before any rollback
     assert result.seconds < 120 and result.host_restored
 
 
