@@ -93,6 +93,7 @@ class Agent:
                 report.steps.append(step_report)
                 status = 1 if step_report.outcome == "failed" else 0
             self.journal.finish()
+        self.progress("")  # done: an empty line clears the progress display
         return report, status
 
     def _start_verifier(self, stack: ExitStack, profile: Profile, verify: bool) -> tuple[Verifier | None, str]:

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     plugins = load_plugins()
     for failure in plugins.failures:
         print(f"tuned-rl: plugin {failure.name} failed to load: {failure.error}", file=sys.stderr)
-    agent = Agent(plugins, host, Journal(args.state_dir), progress=_progress_printer())
+    show = _progress_printer()
+    agent = Agent(plugins, host, Journal(args.state_dir), progress=lambda message: show(message, end="\r"))
     try:
         return COMMANDS[args.command](agent, args)
     except (LockHeld, StateDirError, HostError) as err:
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # the host lacks a file a plugin reads, or refuses access
         print(f"tuned-rl: cannot read the host: {err.filename or ''}: {err.strerror}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        show("", end="")  # clear the last progress line
 
 
 def cmd_apply(agent: Agent, args) -> int:
@@ -151,7 +154,7 @@ def cmd_measure(agent: Agent, args) -> int:
     show = _progress_printer()
     try:
         measurement = measure_target(agent.host, args.target, windows, args.window_seconds, args.probe, spec,
-                                     progress=lambda left: show(f"measuring {args.target}: {left:.0f} s left", end="\r"))
+                                     progress=lambda left: show(f"measuring {args.target}: {max(left, 0):.0f} s left", end="\r"))
     except (ProbeError, TargetError) as err:
         print(f"tuned-rl: {err}", file=sys.stderr)
         return EXIT_FAILED
