@@ -182,7 +182,7 @@ class Agent:
         report = self._step_report(step, result.outcome, reason, changes)
         report.before, report.after = result.figures()
         report.verdict = {"outcome": result.verdict.outcome, "p_value": result.verdict.p_value,
-                          "ratio": None if result.verdict.ratio == float("inf") else round(result.verdict.ratio, 3)}
+                          "ratio": None if result.verdict.ratio == float("inf") else float(f"{result.verdict.ratio:.4g}")}
         report.reused_baseline, report.rounds = result.reused_baseline, result.rounds or None
         return report
 
