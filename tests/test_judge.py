@@ -77,3 +77,13 @@ def test_a_true_2x_regression_is_detected_nearly_always():
     rng = np.random.default_rng(7)
     calls = [judge(synthetic_arm(rng, 15, 1, False), synthetic_arm(rng, 15, 2, False)).outcome for _ in range(60)]
     assert calls.count(REGRESSION) / len(calls) >= 0.95
+
+
+def test_a_step_that_starves_the_target_is_a_regression_not_inconclusive():
+    rng = np.random.default_rng(8)
+    before = synthetic_arm(rng, 15, 1, False)
+    starved = [w[:50] * 5 for w in synthetic_arm(rng, 15, 1, False)]  # 750 events where there were 15,000
+    verdict = judge(before, starved)
+    assert verdict.outcome == REGRESSION and "starved" in verdict.reason
+    thin_before = [w[:100] for w in before]  # too few events on both sides: nothing to compare
+    assert judge(thin_before, starved).outcome == INCONCLUSIVE

@@ -25,6 +25,10 @@ from ten times as many events. The windows are ranked and the after arm's rank
 sum is the statistic (a Mann-Whitney test whose null distribution comes from the
 splits), so one 3x burst window counts as one rank, not as the whole tail.
 
+A step that starves the target (too few events after, where there were enough
+before, and under half as many per window) is a regression outright: its tail
+cannot be measured because the target hardly ran.
+
 A regression needs both: significance (p <= 1 - confidence) *and* a pooled
 metric (p999) worse than the tolerance allows (after > before * (1 + tolerance)),
 so that a tiny but real slowdown of a few percent does not revert a step. Too few
@@ -79,6 +83,10 @@ def judge(before: list[np.ndarray], after: list[np.ndarray], settings: JudgeSett
     n_before, n_after = sum(map(len, before)), sum(map(len, after))
     b_us, a_us = _pooled(before, q) / 1000, _pooled(after, q) / 1000
     figures = f"{settings.metric} {format_us(b_us)} -> {format_us(a_us)}"
+    if n_after < settings.min_samples <= n_before and n_after * len(before) < n_before * len(after) / 2:
+        # Same time, under half the events: the step kept the target from running at all.
+        return Verdict(REGRESSION, b_us, a_us, None, f"{figures}: the target was starved: {n_after} events "
+                       f"after against {n_before} before, in as many windows")
     if min(n_before, n_after) < settings.min_samples:
         return Verdict(INCONCLUSIVE, b_us, a_us, None, f"{figures}: too few samples ({n_before} before, "
                        f"{n_after} after; need {settings.min_samples} each)")
