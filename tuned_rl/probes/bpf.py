@@ -60,8 +60,15 @@ TRACEPOINT_PROBE(sched, sched_wakeup) { mark_runnable(args->pid); return 0; }
 TRACEPOINT_PROBE(sched, sched_wakeup_new) { mark_runnable(args->pid); return 0; }
 
 TRACEPOINT_PROBE(sched, sched_switch) {
-    if ((args->prev_state & SLEEP_STATE_BITS) == 0)
-        mark_runnable(args->prev_pid);
+    u32 prev = args->prev_pid;
+    if ((args->prev_state & SLEEP_STATE_BITS) == 0) {
+        mark_runnable(prev);
+    } else if (may_be_target(prev)) {
+        // Going to sleep: it was running, so a start left over is stale (a wakeup that
+        // found it still on a CPU). Dropping it keeps a missed wakeup from being timed
+        // from that stale start.
+        start.delete(&prev);
+    }
     u32 tid = args->next_pid;
     if (tid == 0 || !may_be_target(tid))
         return 0;
