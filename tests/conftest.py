@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,12 @@ def cli(tree, state_dir, monkeypatch, capsys):
         captured = capsys.readouterr()
         return status, captured.out, captured.err
     return run
+
+
+@pytest.fixture
+def sleeper():
+    """A real process that sleeps, for process-kind undo records (killed afterwards)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield child
+    child.kill()
+    child.wait()

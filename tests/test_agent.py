@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -182,14 +180,6 @@ class PinPlugin:
     def tuned_rl_plan(self, profile, host):
         task = host.task(self.pid)
         return [Step("pin", "pin the canary", [Change("affinity", "", host.get_affinity(task), "0", task)])]
-
-
-@pytest.fixture
-def sleeper():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield child
-    child.kill()
-    child.wait()
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")

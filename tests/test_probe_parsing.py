@@ -2,7 +2,6 @@
 
 import os
 
-import numpy as np
 
 from tuned_rl.canary import RECORD
 from tuned_rl.probes.schedstat import SchedstatProbe

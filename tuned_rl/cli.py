@@ -151,15 +151,14 @@ def cmd_measure(agent: Agent, args) -> int:
                       cpus=args.canary_cpus, policy=args.canary_policy, priority=args.canary_priority,
                       cgroup=args.canary_cgroup)
     windows = max(1, round(args.seconds / args.window_seconds))
-    show = _progress_printer()
     try:
         measurement = measure_target(agent.host, args.target, windows, args.window_seconds, args.probe, spec,
-                                     progress=lambda left: show(f"measuring {args.target}: {max(left, 0):.0f} s left", end="\r"))
+                                     lambda left: agent.progress(f"measuring {args.target}: {max(left, 0):.0f} s left"))
     except (ProbeError, TargetError) as err:
         print(f"tuned-rl: {err}", file=sys.stderr)
         return EXIT_FAILED
     finally:
-        show("", end="")
+        agent.progress("")  # clear the progress line before the figures
     result = {"target": str(args.target), **measurement.to_dict()}
     if args.json:
         print(json.dumps(result, indent=2))

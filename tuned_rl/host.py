@@ -43,6 +43,7 @@ class Host:
 
     def __init__(self, root: str | os.PathLike = "/"):
         self.root = Path(root)
+        self._boot_id: str | None = None
 
     def path(self, target: str) -> Path:
         pure = PurePosixPath(target)
@@ -77,7 +78,10 @@ class Host:
         return sorted(str(PurePosixPath(target) / p.name) for p in base.iterdir() if p.is_dir())
 
     def boot_id(self) -> str:
-        return self.read("/proc/sys/kernel/random/boot_id")
+        # Read once: it cannot change while we run, and every journal record carries it.
+        if self._boot_id is None:
+            self._boot_id = self.read("/proc/sys/kernel/random/boot_id")
+        return self._boot_id
 
     # -- cgroups -------------------------------------------------------------
 

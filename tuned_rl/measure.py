@@ -70,32 +70,54 @@ def record_windows(probe: LatencyProbe, tid_source: Callable[[], set[int]], wind
     return measurement
 
 
+@dataclass
+class Attached:
+    """A started probe on a target's threads (and the canary it started, if any)."""
+
+    probe: LatencyProbe
+    tid_source: Callable[[], set[int]]
+    initial_tids: set[int]
+    notes: list[str]
+
+
+def attach_probe(stack: ExitStack, host: Host, target: Target, probe_name: str,
+                 canary: CanarySpec | None) -> Attached:
+    """Choose a probe, start the canary if the target is one, and start the probe on its threads.
+
+    Everything started is stopped when ``stack`` closes. Raises ProbeError or TargetError.
+    """
+    probe_class, passed_over = choose_probe(probe_name, host, target.kind == "canary")
+    notes = [f"probe {probe_name} chose {probe_class.name}; passed over {p}" for p in passed_over]
+    if target.kind == "canary":
+        running = stack.enter_context(Canary(canary or CanarySpec(), host,
+                                             report_schedstat=probe_class is SchedstatProbe))
+        tid_source = running.tids
+        probe = SchedstatProbe(running.process.stdout) if probe_class is SchedstatProbe else probe_class()
+    else:
+        tid_source = lambda: resolve_tids(host, target)  # noqa: E731
+        probe = probe_class()
+    initial = tid_source()
+    if not initial and target.kind == "pid":
+        raise TargetError(f"no process has pid {target.value}")
+    if not initial:
+        notes.append(f"{target} had no threads when the measurement started")
+    probe.start(initial)
+    stack.callback(probe.stop)
+    return Attached(probe, tid_source, initial, notes)
+
+
 def measure_target(host: Host, target: Target, windows: int, window_seconds: float, probe_name: str = "auto",
                    canary: CanarySpec | None = None, progress: Callable[[float], None] = lambda left: None
                    ) -> Measurement:
-    """Choose a probe, start the canary if the target is one, and record ``windows`` windows.
+    """Record ``windows`` windows of ``target`` (nothing is left running afterwards).
 
-    Raises ProbeError or TargetError (nothing is left running either way).
+    Raises ProbeError or TargetError.
     """
-    is_canary = target.kind == "canary"
-    probe_class, passed_over = choose_probe(probe_name, host, is_canary)
-    notes = [f"{probe_name} chose {probe_class.name}; passed over {p}" for p in passed_over]
     with ExitStack() as stack:
-        if is_canary:
-            running = stack.enter_context(Canary(canary or CanarySpec(), host,
-                                                 report_schedstat=probe_class is SchedstatProbe))
-            tid_source = running.tids
-            probe = SchedstatProbe(running.process.stdout) if probe_class is SchedstatProbe else probe_class()
-        else:
-            tid_source = lambda: resolve_tids(host, target)  # noqa: E731
-            probe = probe_class()
-        initial = tid_source()
-        if not initial and target.kind == "pid":
-            raise TargetError(f"no process has pid {target.value}")
-        probe.start(initial)
-        stack.callback(probe.stop)
-        measurement = record_windows(probe, tid_source, windows, window_seconds, progress, Measurement(probe.name))
-    measurement.notes = notes + ([] if initial else [f"{target} had no threads when the measurement started"])
+        attached = attach_probe(stack, host, target, probe_name, canary)
+        measurement = record_windows(attached.probe, attached.tid_source, windows, window_seconds, progress,
+                                     Measurement(attached.probe.name))
+    measurement.notes = attached.notes
     seen = len(measurement.values) + measurement.lost
     if measurement.lost > 0.01 * seen:
         measurement.notes.append(f"{measurement.lost} of {seen} events were lost ({measurement.lost / seen:.0%}): "

@@ -10,13 +10,13 @@ from typing import Callable
 
 import numpy as np
 
-from tuned_rl.canary import Canary, CanarySpec
+from tuned_rl.canary import CanarySpec
 from tuned_rl.host import Host
 from tuned_rl.judge import INCONCLUSIVE, REGRESSION, Verdict, judge
-from tuned_rl.measure import Measurement, record_windows
-from tuned_rl.probes import LatencyProbe, SchedstatProbe, choose_probe
+from tuned_rl.measure import Measurement, attach_probe, record_windows
+from tuned_rl.probes import LatencyProbe
 from tuned_rl.stats import summarize
-from tuned_rl.targets import Target, resolve_tids
+from tuned_rl.targets import Target
 from tuned_rl.verify_settings import VerifySettings
 
 Progress = Callable[[str], None]
@@ -57,24 +57,12 @@ class Verifier:
         self.notes: list[str] = []
 
     def __enter__(self) -> "Verifier":
-        is_canary = self.target.kind == "canary"
-        probe_class, passed_over = choose_probe(self.settings.probe, self.host, is_canary)
-        self.notes += [f"probe {self.settings.probe} chose {probe_class.name}; passed over {p}" for p in passed_over]
         try:
-            if is_canary:
-                canary = self._stack.enter_context(Canary(self.canary_spec or CanarySpec(), self.host,
-                                                          report_schedstat=probe_class is SchedstatProbe))
-                self._tid_source = canary.tids
-                probe = SchedstatProbe(canary.process.stdout) if probe_class is SchedstatProbe else probe_class()
-            else:
-                self._tid_source = lambda: resolve_tids(self.host, self.target)
-                probe = probe_class()
-            probe.start(self._tid_source())
-            self._stack.callback(probe.stop)
-            self._probe = probe
+            attached = attach_probe(self._stack, self.host, self.target, self.settings.probe, self.canary_spec)
         except BaseException:
             self._stack.close()
             raise
+        self._probe, self._tid_source, self.notes = attached.probe, attached.tid_source, attached.notes
         return self
 
     def __exit__(self, *exc) -> None:

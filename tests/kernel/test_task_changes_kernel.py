@@ -1,11 +1,8 @@
 """Process undo records on the live kernel: scheduling policy and cgroup membership come back."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 
 from tuned_rl import Change, Key, Step, Table, hookimpl
 from tuned_rl.agent import Agent
@@ -34,14 +31,6 @@ class TaskPlugin:
             Change("cgroup", CPU, host.get_cgroup(task, CPU), f"/{self.cgroup}", task),
             Change("sched", "", host.get_sched(task), "SCHED_FIFO:10", task),
         ])]
-
-
-@pytest.fixture
-def sleeper():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield child
-    child.kill()
-    child.wait()
 
 
 def cgroup_of(pid: int) -> str:
