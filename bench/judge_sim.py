@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from tuned_rl.judge import REGRESSION, JudgeSettings, judge
-from tuned_rl.verify_settings import DEFAULT_VERIFY
+from tuned_rl.measure.judge import REGRESSION, JudgeSettings, judge
+from tuned_rl.measure.settings import DEFAULT_VERIFY
 
 EVENTS_PER_WINDOW = 1000  # a default canary wakes 1,000 times a second; windows are 1 s
 

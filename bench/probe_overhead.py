@@ -15,9 +15,9 @@ import re
 import statistics
 import subprocess
 
-from tuned_rl.canary import Canary, CanarySpec
+from tuned_rl.measure.canary import Canary, CanarySpec
 from tuned_rl.host import Host
-from tuned_rl.probes import PROBES
+from tuned_rl.measure.probes import PROBES
 
 HACKBENCH = ["hackbench", "-p", "-g", "1", "-l", "10000"]  # 40 tasks: steadier than many groups on 2 CPUs
 

@@ -10,10 +10,10 @@ import sys
 
 import numpy as np
 
-from tuned_rl.canary import CanarySpec
+from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.host import Host
-from tuned_rl.measure import measure_target
-from tuned_rl.targets import Target
+from tuned_rl.measure.measurement import measure_target
+from tuned_rl.measure.targets import Target
 
 
 def main() -> None:

@@ -6,11 +6,11 @@ import os
 import pytest
 
 from tuned_rl import Change, Key, Step, Table, hookimpl
-from tuned_rl.agent import Agent
+from tuned_rl.core.agent import Agent
 from tuned_rl.host import Host
-from tuned_rl.journal import Journal
-from tuned_rl.plugin_host import load_plugins
-from tuned_rl.profile import load_profile
+from tuned_rl.core.journal import Journal
+from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.profiles.loader import load_profile
 
 from helpers import CPU_MOUNT
 

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from tuned_rl.canary import Canary, CanarySpec
+from tuned_rl.measure.canary import Canary, CanarySpec
 from tuned_rl.host import Host
-from tuned_rl.probes.schedstat import SchedstatProbe
+from tuned_rl.measure.probes.schedstat import SchedstatProbe
 
 
 def test_canary_wakes_at_its_rate_and_reports_schedstat_per_wake():

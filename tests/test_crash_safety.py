@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tuned_rl.journal import Journal
+from tuned_rl.core.journal import Journal
 
 from helpers import kill_at, run_cli
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuned_rl.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION, JudgeSettings, judge, window_tail
-from tuned_rl.stats import format_us, quantile, summarize
+from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION, JudgeSettings, judge, window_tail
+from tuned_rl.measure.stats import format_us, quantile, summarize
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 from judge_sim import synthetic_arm  # noqa: E402  the bench's noise models, shared on purpose

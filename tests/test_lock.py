@@ -5,7 +5,7 @@ import os
 import signal
 import time
 
-from tuned_rl.journal import Journal
+from tuned_rl.core.journal import Journal
 
 from helpers import kill_at, run_cli, spawn_cli, wait_until_stopped
 

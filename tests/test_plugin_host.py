@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from tuned_rl import Change, Key, Problem, Step, Table, hookimpl, hookspec
-from tuned_rl.plugin_host import load_plugins
-from tuned_rl.profile import load_profile
+from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.profiles.loader import load_profile
 
 
 class Misspelled:

@@ -3,9 +3,9 @@
 import os
 
 
-from tuned_rl.canary import RECORD
-from tuned_rl.probes.schedstat import SchedstatProbe
-from tuned_rl.probes.tracefs import TracefsProbe, _parse
+from tuned_rl.measure.canary import RECORD
+from tuned_rl.measure.probes.schedstat import SchedstatProbe
+from tuned_rl.measure.probes.tracefs import TracefsProbe, _parse
 
 
 def feed(probe, lines):
@@ -68,7 +68,7 @@ def test_events_are_paired_in_timestamp_order_whatever_order_they_are_read_in(mo
     probe._watched = {42}
     lines = [switch("100.000110", 0, "R", 42), wakeup("100.000010", 42)]  # the switch was committed first
     probe._read_lines = lambda: [line.encode() for line in lines]
-    monkeypatch.setattr("tuned_rl.probes.tracefs.time.monotonic", lambda: 200.0)
+    monkeypatch.setattr("tuned_rl.measure.probes.tracefs.time.monotonic", lambda: 200.0)
     tids, latencies = probe.drain()
     assert latencies.tolist() == [100_000]
 
@@ -78,10 +78,10 @@ def test_events_newer_than_the_reorder_horizon_wait_for_the_next_drain(monkeypat
     probe._watched = {42}
     lines = [wakeup("100.000010", 42), switch("100.000110", 0, "R", 42)]
     probe._read_lines = lambda: [line.encode() for line in lines]
-    monkeypatch.setattr("tuned_rl.probes.tracefs.time.monotonic", lambda: 100.01)
+    monkeypatch.setattr("tuned_rl.measure.probes.tracefs.time.monotonic", lambda: 100.01)
     assert probe.drain()[1].tolist() == []
     lines.clear()
-    monkeypatch.setattr("tuned_rl.probes.tracefs.time.monotonic", lambda: 100.1)
+    monkeypatch.setattr("tuned_rl.measure.probes.tracefs.time.monotonic", lambda: 100.1)
     assert probe.drain()[1].tolist() == [100_000]
 
 

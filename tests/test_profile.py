@@ -2,7 +2,7 @@
 
 import pytest
 
-from tuned_rl.profile import ProfileError, load_profile
+from tuned_rl.profiles.loader import ProfileError, load_profile
 
 
 def test_include_is_relative_to_the_including_file_and_its_keys_win(profile_file):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tuned_rl.plugin_host import load_plugins
-from tuned_rl.profile import load_profile
+from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.profiles.loader import load_profile
 
 PROFILES = sorted((Path(__file__).parent.parent / "profiles").glob("*.toml"))
 

@@ -1,7 +1,7 @@
 """The rt_runtime plugin's plan: parents raised first, global ordering, cgroup v2 skip."""
 
-from tuned_rl.plugin_host import load_plugins
-from tuned_rl.profile import load_profile
+from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.profiles.loader import load_profile
 
 from helpers import CPU_MOUNT, MOUNTS_V2_ONLY
 

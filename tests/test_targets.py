@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tuned_rl.host import Host
-from tuned_rl.targets import Target, TargetError, resolve_tids
+from tuned_rl.measure.targets import Target, TargetError, resolve_tids
 
 
 @pytest.mark.parametrize("text, kind, value", [("pid:12", "pid", "12"), ("name:^ray::", "name", "^ray::"),

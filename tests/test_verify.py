@@ -5,14 +5,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tuned_rl.agent import Agent
+from tuned_rl.core.agent import Agent
 from tuned_rl.host import Host
-from tuned_rl.journal import Journal
-from tuned_rl.plugin_host import load_plugins
-from tuned_rl.profile import load_profile
-from tuned_rl.targets import Target
-from tuned_rl.verify import Verifier
-from tuned_rl.verify_settings import VerifySettings
+from tuned_rl.core.journal import Journal
+from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.profiles.loader import load_profile
+from tuned_rl.measure.targets import Target
+from tuned_rl.core.verify import Verifier
+from tuned_rl.measure.settings import VerifySettings
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 from judge_sim import heavy_tail  # noqa: E402  the bench's noise model
@@ -98,9 +98,9 @@ class FakeVerifier:
         self.keep = keep
 
     def verify(self, label, apply, revert):
-        from tuned_rl.judge import Verdict
-        from tuned_rl.measure import Measurement
-        from tuned_rl.verify import StepVerdict
+        from tuned_rl.measure.judge import Verdict
+        from tuned_rl.measure.measurement import Measurement
+        from tuned_rl.core.verify import StepVerdict
         apply()
         if not self.keep:
             revert()

@@ -43,10 +43,10 @@ hook: a plan is pure, so ``tuned-rl apply --dry-run`` can show it safely.
 
 import pluggy
 
-from tuned_rl.changes import Change, Step
+from tuned_rl.core.changes import Change, Step
 from tuned_rl.host import Host, Task
-from tuned_rl.profile import Profile
-from tuned_rl.schema import Key, Problem, Table
+from tuned_rl.profiles.loader import Profile
+from tuned_rl.profiles.schema import Key, Problem, Table
 
 __version__ = "0.1.0"
 

@@ -8,18 +8,18 @@ import os
 import sys
 import time
 
-from tuned_rl.agent import Agent, HostError
-from tuned_rl.canary import CanarySpec
-from tuned_rl.doctor import examine
+from tuned_rl.core.agent import Agent, HostError
+from tuned_rl.measure.canary import CanarySpec
+from tuned_rl.measure.doctor import examine
 from tuned_rl.host import SCHED_POLICIES, Host
-from tuned_rl.journal import DEFAULT_STATE_DIR, Journal, LockHeld, StateDirError
-from tuned_rl.plugin_host import load_plugins
-from tuned_rl.profile import ProfileError, load_profile
-from tuned_rl.measure import measure_target
-from tuned_rl.probes import PROBE_CHOICES, ProbeError
-from tuned_rl.report import format_table
-from tuned_rl.stats import format_us
-from tuned_rl.targets import Target, TargetError
+from tuned_rl.core.journal import DEFAULT_STATE_DIR, Journal, LockHeld, StateDirError
+from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.profiles.loader import ProfileError, load_profile
+from tuned_rl.measure.measurement import measure_target
+from tuned_rl.measure.probes import PROBE_CHOICES, ProbeError
+from tuned_rl.core.report import format_table
+from tuned_rl.measure.stats import format_us
+from tuned_rl.measure.targets import Target, TargetError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 

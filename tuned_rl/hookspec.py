@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pluggy
 
-from tuned_rl.changes import Step
+from tuned_rl.core.changes import Step
 from tuned_rl.host import Host
-from tuned_rl.profile import Profile
-from tuned_rl.schema import Problem, Table
+from tuned_rl.profiles.loader import Profile
+from tuned_rl.profiles.schema import Problem, Table
 
 hookspec = pluggy.HookspecMarker("tuned_rl")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tuned_rl.host import Host
-from tuned_rl.probes import BpfProbe
+from tuned_rl.measure.probes import BpfProbe
 
 sys.path.insert(0, str(Path(__file__).parent.parent.parent / "bench" / "scenarios"))
 import harmful_step  # noqa: E402

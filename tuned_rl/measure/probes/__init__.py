@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tuned_rl.host import Host
-from tuned_rl.probes.base import LatencyProbe, Obstacle, ProbeError
-from tuned_rl.probes.bpf import BpfProbe
-from tuned_rl.probes.schedstat import SchedstatProbe
-from tuned_rl.probes.tracefs import TracefsProbe
+from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError
+from tuned_rl.measure.probes.bpf import BpfProbe
+from tuned_rl.measure.probes.schedstat import SchedstatProbe
+from tuned_rl.measure.probes.tracefs import TracefsProbe
 
 # In order of preference for probe = "auto".
 PROBES: dict[str, type[LatencyProbe]] = {"bpf": BpfProbe, "tracefs": TracefsProbe, "schedstat": SchedstatProbe}

@@ -6,7 +6,7 @@ import os
 import platform
 
 from tuned_rl.host import Host
-from tuned_rl.probes import PROBES, ProbeError
+from tuned_rl.measure.probes import PROBES, ProbeError
 
 
 def examine(host: Host) -> dict:

@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuned_rl.schema import Key, Problem, Table
+from tuned_rl.profiles.schema import Key, Problem, Table
 
 PROFILE_TABLE = Table(
     "profile",

@@ -10,16 +10,16 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Callable
 
-from tuned_rl.changes import Change, Step
+from tuned_rl.core.changes import Change, Step
 from tuned_rl.host import Host, TaskGone
-from tuned_rl.journal import Applied, Journal, Record, exclusive_lock
-from tuned_rl.plugin_host import PluginHost
-from tuned_rl.profile import Profile
-from tuned_rl.probes import ProbeError
-from tuned_rl.report import ChangeReport, Report, StepReport
-from tuned_rl.targets import TargetError, target_from_table
-from tuned_rl.verify import StepVerdict, Verifier
-from tuned_rl.verify_settings import VerifySettings
+from tuned_rl.core.journal import Applied, Journal, Record, exclusive_lock
+from tuned_rl.core.plugin_host import PluginHost
+from tuned_rl.profiles.loader import Profile
+from tuned_rl.measure.probes import ProbeError
+from tuned_rl.core.report import ChangeReport, Report, StepReport
+from tuned_rl.measure.targets import TargetError, target_from_table
+from tuned_rl.core.verify import StepVerdict, Verifier
+from tuned_rl.measure.settings import VerifySettings
 
 Progress = Callable[[str], None]
 

@@ -8,12 +8,12 @@ from importlib.metadata import entry_points
 import pluggy
 
 from tuned_rl import hookspec
-from tuned_rl.changes import Step
+from tuned_rl.core.changes import Step
 from tuned_rl.host import Host
-from tuned_rl.profile import PROFILE_TABLE, Profile
-from tuned_rl.schema import Problem, Table
-from tuned_rl.targets import TARGET_TABLE, target_problems
-from tuned_rl.verify_settings import VERIFY_TABLE
+from tuned_rl.profiles.loader import PROFILE_TABLE, Profile
+from tuned_rl.profiles.schema import Problem, Table
+from tuned_rl.measure.targets import TARGET_TABLE, target_problems
+from tuned_rl.measure.settings import VERIFY_TABLE
 
 ENTRY_POINT_GROUP = "tuned_rl"
 CORE_TABLES = {"verify": VERIFY_TABLE, "target": TARGET_TABLE}  # [profile] is checked first, on its own

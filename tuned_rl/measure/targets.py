@@ -7,9 +7,9 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from tuned_rl.canary import CanarySpec
+from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.host import SCHED_POLICIES, Host, parse_cpu_list
-from tuned_rl.schema import Key, Problem, Table
+from tuned_rl.profiles.schema import Key, Problem, Table
 
 KINDS = ("pid", "name", "cgroup", "unit", "canary")
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tuned_rl.changes import Change
+from tuned_rl.core.changes import Change
 
 DEFAULT_STATE_DIR = "/var/lib/tuned-rl"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from tuned_rl.judge import JudgeSettings
-from tuned_rl.schema import Key, Table
+from tuned_rl.measure.judge import JudgeSettings
+from tuned_rl.profiles.schema import Key, Table
 
 VERIFY_TABLE = Table(
     "verify",

@@ -8,9 +8,9 @@ from typing import Iterable
 
 import numpy as np
 
-from tuned_rl.canary import RECORD
+from tuned_rl.measure.canary import RECORD
 from tuned_rl.host import Host
-from tuned_rl.probes.base import LatencyProbe, Obstacle, read_available
+from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, read_available
 
 
 class SchedstatProbe(LatencyProbe):

@@ -47,7 +47,7 @@ from itertools import combinations
 
 import numpy as np
 
-from tuned_rl.stats import QUANTILES, format_us, quantile
+from tuned_rl.measure.stats import QUANTILES, format_us, quantile
 
 REGRESSION, NO_REGRESSION, INCONCLUSIVE = "regression", "no regression", "inconclusive"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from tuned_rl.stats import format_us
+from tuned_rl.measure.stats import format_us
 
 OUTCOMES = ("planned", "unchanged", "applied", "kept", "reverted", "failed", "skipped", "inconclusive")
 

@@ -10,7 +10,7 @@ from typing import Iterable
 import numpy as np
 
 from tuned_rl.host import Host
-from tuned_rl.probes.base import LatencyProbe, Obstacle, ProbeError
+from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError
 
 # Only tracepoint arguments are read: with headers that do not match the running
 # kernel (this VM's case), task_struct offsets would be wrong, tracepoint

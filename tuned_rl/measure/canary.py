@@ -1,6 +1,6 @@
 """The canary: a process tuned-rl starts, placed like the workload, that wakes on a timer and works.
 
-Run as ``python -m tuned_rl.canary --period-us 1000 --work-us 0``. It waits for a
+Run as ``python -m tuned_rl.measure.canary --period-us 1000 --work-us 0``. It waits for a
 line on stdin (so the parent can place it first: CPUs, policy, cgroup), then
 loops until stdin closes; SIGUSR1 makes it start one more thread. With ``--report-schedstat`` each wake writes a
 12-byte record (thread id, run-queue wait in ns since the last wake, from
@@ -46,7 +46,7 @@ class Canary:
     def start(self) -> "Canary":
         import subprocess
 
-        command = [sys.executable, "-m", "tuned_rl.canary", "--period-us", str(self.spec.period_us),
+        command = [sys.executable, "-m", "tuned_rl.measure.canary", "--period-us", str(self.spec.period_us),
                    "--work-us", str(self.spec.work_us), "--threads", str(self.spec.threads)]
         if self.report_schedstat:
             command.append("--report-schedstat")

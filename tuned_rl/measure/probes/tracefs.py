@@ -11,7 +11,7 @@ from typing import Iterable
 import numpy as np
 
 from tuned_rl.host import Host
-from tuned_rl.probes.base import LatencyProbe, Obstacle, ProbeError, read_available, to_arrays
+from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError, read_available, to_arrays
 
 TRACING = "/sys/kernel/tracing"
 EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_switch", "sched_process_fork")

@@ -10,14 +10,14 @@ from typing import Callable
 
 import numpy as np
 
-from tuned_rl.canary import CanarySpec
+from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.host import Host
-from tuned_rl.judge import INCONCLUSIVE, REGRESSION, Verdict, judge
-from tuned_rl.measure import Measurement, attach_probe, record_windows
-from tuned_rl.probes import LatencyProbe
-from tuned_rl.stats import summarize
-from tuned_rl.targets import Target
-from tuned_rl.verify_settings import VerifySettings
+from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, Verdict, judge
+from tuned_rl.measure.measurement import Measurement, attach_probe, record_windows
+from tuned_rl.measure.probes import LatencyProbe
+from tuned_rl.measure.stats import summarize
+from tuned_rl.measure.targets import Target
+from tuned_rl.measure.settings import VerifySettings
 
 Progress = Callable[[str], None]
 

@@ -9,12 +9,12 @@ from typing import Callable
 
 import numpy as np
 
-from tuned_rl.canary import Canary, CanarySpec
+from tuned_rl.measure.canary import Canary, CanarySpec
 from tuned_rl.host import Host
-from tuned_rl.probes import LatencyProbe, choose_probe
-from tuned_rl.probes.schedstat import SchedstatProbe
-from tuned_rl.stats import Summary, summarize
-from tuned_rl.targets import Target, TargetError, resolve_tids
+from tuned_rl.measure.probes import LatencyProbe, choose_probe
+from tuned_rl.measure.probes.schedstat import SchedstatProbe
+from tuned_rl.measure.stats import Summary, summarize
+from tuned_rl.measure.targets import Target, TargetError, resolve_tids
 
 REFRESH_S = 0.25  # how often threads the probe cannot follow by itself are looked up again
 

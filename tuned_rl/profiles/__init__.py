@@ -1,0 +1,1 @@
+"""Profiles: TOML files with includes, and the declarations their tables are checked against."""
