@@ -33,6 +33,7 @@ class HostTree:
         self.set("/proc/self/mounts", MOUNTS_V1)
         self.set(f"{CPU_MOUNT}/cpu.rt_runtime_us", "950000")
         self.set(f"{CPU_MOUNT}/cpu.rt_period_us", "1000000")
+        self.set("/sys/devices/system/cpu/online", "0-1")
 
     def set(self, target: str, value: str) -> None:
         path = self.host.path(target)
@@ -53,6 +54,29 @@ class HostTree:
         self.set(f"{directory}/cpu.rt_runtime_us", str(runtime))
         self.set(f"{directory}/cpu.rt_period_us", str(period))
         return directory
+
+    def add_process(self, pid: int, comm: str, threads: tuple[int, ...] = (), *, ppid: int = 1, uid: int = 0,
+                    cmdline: str | None = None, policy: int = 0, rt_priority: int = 0, nice: int = 0,
+                    flags: int = 0, affinity: str = "0-1", cgroups: dict[str, str] | None = None,
+                    start_time: int = 1000) -> None:
+        """Write /proc/<pid> (and /proc/<pid>/task/<tid> for it and each thread) as the kernel would."""
+        cgroups = cgroups if cgroups is not None else {"cpu": "/", "cpuset": "/"}
+        for tid in (pid, *threads):
+            fields = ["0"] * 52
+            fields[0], fields[1], fields[2], fields[3] = str(tid), f"({comm})", "S", str(ppid)
+            fields[8], fields[18], fields[19] = str(flags), str(nice), str(1 + len(threads))
+            fields[21], fields[39], fields[40] = str(start_time + (tid - pid)), str(rt_priority), str(policy)
+            status = f"Name:\t{comm}\nTgid:\t{pid}\nPid:\t{tid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n" \
+                     f"Cpus_allowed_list:\t{affinity}\n"
+            lines = "".join(f"{n}:{key}:{path}\n" for n, (key, path) in enumerate(cgroups.items(), 1))
+            # A thread's own /proc/<tid> is hidden from a listing of /proc: only the leader's is written.
+            for base in {f"/proc/{pid}/task/{tid}"} | ({f"/proc/{pid}"} if tid == pid else set()):
+                self.set(f"{base}/stat", " ".join(fields))
+                self.set(f"{base}/status", status)
+                self.set(f"{base}/cgroup", lines)
+                path = self.host.path(f"{base}/cmdline")
+                path.write_bytes(("\0".join((cmdline if cmdline is not None else comm).split()) + "\0").encode()
+                                 if cmdline != "" else b"")
 
     def snapshot(self) -> dict[str, str]:
         """Every file's content: compare before and after to prove nothing changed."""

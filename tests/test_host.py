@@ -68,3 +68,38 @@ def test_cpu_lists_round_trip(text, cpus):
 def test_bad_cpu_lists_are_refused(text):
     with pytest.raises(ValueError):
         parse_cpu_list(text)
+
+
+@pytest.mark.parametrize("mounts, whole_process, written", [
+    ("cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n", False, "/sys/fs/cgroup/cpu/rl/tasks"),
+    ("cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n", True, "/sys/fs/cgroup/cpu/rl/cgroup.procs"),
+    ("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n", False, "/sys/fs/cgroup/rl/cgroup.threads"),
+    ("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n", True, "/sys/fs/cgroup/rl/cgroup.procs"),
+])
+def test_cgroup_membership_is_written_where_each_version_takes_it(tree, mounts, whole_process, written):
+    tree.set("/proc/self/mounts", mounts)
+    tree.add_process(300, "job", cgroups={"cpu": "/", "": "/"})
+    hierarchy = mounts.split()[1]
+    for name in ("tasks", "cgroup.procs", "cgroup.threads"):
+        tree.set(f"{hierarchy}/rl/{name}", "")
+    tree.host.set_cgroup(tree.host.task(300), hierarchy, "/rl", whole_process=whole_process)
+    assert tree.get(written) == "300"
+    assert [n for n in ("tasks", "cgroup.procs", "cgroup.threads") if tree.get(f"{hierarchy}/rl/{n}")] == \
+        [written.rsplit("/", 1)[1]]
+    assert tree.host.get_cgroup(tree.host.task(300), hierarchy) == "/"
+
+
+def test_the_hierarchy_of_a_cgroup_directory_is_the_deepest_mount_holding_it(tree):
+    tree.set("/proc/self/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n"
+                                  "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct 0 0\n")
+    assert tree.host.cgroup_mount("/sys/fs/cgroup/cpu,cpuacct/rl").key == "cpu,cpuacct"
+    assert tree.host.cgroup_mount("/sys/fs/cgroup/system.slice").version == 2
+    with pytest.raises(LookupError):
+        tree.host.cgroup_mount("/tmp/x")
+
+
+@pytest.mark.parametrize("mask, cpus", [("3", {0, 1}), ("00000003", {0, 1}), ("1,00000000", {32}), ("0", set())])
+def test_cpu_masks_round_trip(mask, cpus):
+    from tuned_rl.host import format_cpu_mask, parse_cpu_mask
+    assert parse_cpu_mask(mask) == cpus
+    assert parse_cpu_mask(format_cpu_mask(cpus)) == cpus

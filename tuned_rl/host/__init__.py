@@ -1,5 +1,8 @@
 """Host access: every read and write of /proc, /sys and cgroupfs, below a root that tests can move."""
 
-from tuned_rl.host.host import SCHED_POLICIES, Host, Task, TaskGone, format_cpu_list, parse_cpu_list
+from tuned_rl.host.cpus import format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask
+from tuned_rl.host.host import SCHED_POLICIES, CgroupMount, Host, Task, TaskGone
+from tuned_rl.host.processes import ProcessInfo
 
-__all__ = ["SCHED_POLICIES", "Host", "Task", "TaskGone", "format_cpu_list", "parse_cpu_list"]
+__all__ = ["SCHED_POLICIES", "CgroupMount", "Host", "ProcessInfo", "Task", "TaskGone", "format_cpu_list",
+           "format_cpu_mask", "parse_cpu_list", "parse_cpu_mask"]

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from tuned_rl.host.cpus import format_cpu_list, parse_cpu_list
+from tuned_rl.host.processes import ProcessInfo, ProcessVanished, parse_cgroup_file, parse_stat, read_process
 
 SCHED_POLICIES = {
     "SCHED_OTHER": os.SCHED_OTHER,
@@ -14,6 +18,13 @@ SCHED_POLICIES = {
     "SCHED_IDLE": os.SCHED_IDLE,
 }
 _POLICY_NAMES = {number: name for name, number in SCHED_POLICIES.items()}
+
+# Commands a change may name as its follow-up (run after it is written and after it is
+# undone). A journal record names one of these, never a command line of its own.
+ACTIONS = {
+    "systemd-daemon-reload": ["systemctl", "daemon-reload"],
+}
+ACTION_LOG = "/run/tuned-rl-actions.log"  # below a moved root, actions are logged here instead of run
 
 
 class TaskGone(LookupError):
@@ -30,6 +41,15 @@ class Task:
 
     def label(self) -> str:
         return f"pid {self.pid} ({self.comm})" if self.comm else f"pid {self.pid}"
+
+
+@dataclass(frozen=True)
+class CgroupMount:
+    """A mounted cgroup hierarchy: where, which version, and its key in /proc/<pid>/cgroup."""
+
+    mount_point: str
+    version: int  # 1 or 2
+    key: str  # "cpu,cpuacct" (v1), "" (v2)
 
 
 class Host:
@@ -51,10 +71,18 @@ class Host:
             raise ValueError(f"not a host-absolute path: {target!r}")
         return self.root.joinpath(*pure.parts[1:])
 
+    @property
+    def is_live(self) -> bool:
+        """The root is the real host's (not a test tree)."""
+        return self.root == Path("/")
+
     # -- files ---------------------------------------------------------------
 
     def read(self, target: str) -> str:
         return self.path(target).read_text().strip()
+
+    def read_bytes(self, target: str) -> bytes:
+        return self.path(target).read_bytes()
 
     def write(self, target: str, value: str) -> None:
         # One write() call: procfs and sysfs take a value in a single write.
@@ -77,11 +105,60 @@ class Host:
         base = self.path(target)
         return sorted(str(PurePosixPath(target) / p.name) for p in base.iterdir() if p.is_dir())
 
+    def make_dir(self, target: str) -> None:
+        os.mkdir(self.path(target), 0o755)
+
+    def remove_dir(self, target: str) -> None:
+        os.rmdir(self.path(target))
+
+    def replace_file(self, target: str, content: bytes, mode: int) -> None:
+        """Create or replace a regular file atomically (temporary file, fsync, rename)."""
+        path = self.path(target)
+        tmp = path.with_name(f".{path.name}.tuned-rl-tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        try:
+            os.fchmod(fd, mode)  # the umask must not narrow it
+            os.write(fd, content)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    def remove_file(self, target: str) -> None:
+        self.path(target).unlink(missing_ok=True)
+
+    def file_mode(self, target: str) -> int:
+        return self.path(target).lstat().st_mode & 0o7777
+
     def boot_id(self) -> str:
         # Read once: it cannot change while we run, and every journal record carries it.
         if self._boot_id is None:
             self._boot_id = self.read("/proc/sys/kernel/random/boot_id")
         return self._boot_id
+
+    def online_cpus(self) -> set[int]:
+        return parse_cpu_list(self.read("/sys/devices/system/cpu/online"))
+
+    def run_action(self, name: str) -> None:
+        """Run a follow-up action from ACTIONS; raises OSError if it fails.
+
+        Below a moved root (a test tree) the command would act on the real host, so it
+        is logged to ``<root>/run/tuned-rl-actions.log`` instead.
+        """
+        argv = ACTIONS[name]
+        if not self.is_live:
+            log = self.path(ACTION_LOG)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a") as handle:
+                handle.write(" ".join(argv) + "\n")
+            return
+        try:
+            result = subprocess.run(argv, cwd="/", capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise OSError(f"{' '.join(argv)}: {err}") from err
+        if result.returncode != 0:
+            raise OSError(f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()[:300]}")
 
     # -- cgroups -------------------------------------------------------------
 
@@ -101,7 +178,105 @@ class Host:
                 return mount_point
         return None
 
+    def cgroup_mounts(self) -> list[CgroupMount]:
+        found = []
+        for mount_point, fstype, options in self.mounts():
+            if fstype == "cgroup2":
+                found.append(CgroupMount(mount_point, 2, ""))
+            elif fstype == "cgroup":
+                names = [o for o in options if o in _V1_CONTROLLERS or o.startswith("name=")]
+                found.append(CgroupMount(mount_point, 1, ",".join(names)))
+        return found
+
+    def cgroup_mount(self, directory: str) -> CgroupMount:
+        """The hierarchy a cgroup directory (or a mount point) belongs to; LookupError if none."""
+        candidates = [m for m in self.cgroup_mounts()
+                      if directory == m.mount_point or directory.startswith(m.mount_point.rstrip("/") + "/")]
+        if not candidates:
+            raise LookupError(f"{directory} is in no mounted cgroup hierarchy")
+        return max(candidates, key=lambda m: len(m.mount_point))
+
+    def cgroup_tasks(self, directory: str, threads: bool = True) -> list[int]:
+        """Thread ids (or, with ``threads=False``, process ids) in one cgroup directory."""
+        names = ("tasks", "cgroup.threads") if threads else ("cgroup.procs",)
+        for name in names:
+            if self.exists(f"{directory}/{name}"):
+                return [int(line) for line in self.read(f"{directory}/{name}").split()]
+        raise LookupError(f"{directory} is not a cgroup directory")
+
+    def get_cgroup(self, task: Task, hierarchy: str) -> str:
+        """The task's cgroup, relative to the hierarchy mounted at ``hierarchy``."""
+        self.check_task(task)
+        wanted = self.cgroup_mount(hierarchy).key
+        path = parse_cgroup_file(self._read_task_file(task, "cgroup")).get(wanted)
+        if path is None:
+            raise LookupError(f"{task.label()} is in no cgroup of {hierarchy}")
+        return path
+
+    def set_cgroup(self, task: Task, hierarchy: str, cgroup: str, whole_process: bool = False) -> None:
+        """Move a thread, or with ``whole_process`` its whole process, into ``cgroup`` of ``hierarchy``.
+
+        cgroup v1 takes a thread in ``tasks`` and a process in ``cgroup.procs``; v2 takes a
+        process in ``cgroup.procs`` and a thread in ``cgroup.threads`` (threaded subtrees only).
+        """
+        mount = self.cgroup_mount(hierarchy)
+        name = "cgroup.procs" if whole_process else ("tasks" if mount.version == 1 else "cgroup.threads")
+        directory = str(PurePosixPath(hierarchy) / cgroup.lstrip("/"))
+        self.on_task(task, lambda pid: self.write(f"{directory}/{name}", str(pid)))
+
     # -- tasks ---------------------------------------------------------------
+
+    def pids(self) -> list[int]:
+        """The process ids in /proc (thread group leaders)."""
+        return sorted(int(p.name) for p in self.path("/proc").iterdir() if p.name.isdigit())
+
+    def thread_ids(self, pid: int) -> set[int]:
+        """The thread ids of process ``pid`` (empty if it exited)."""
+        try:
+            return {int(t.name) for t in self.path(f"/proc/{pid}/task").iterdir() if t.name.isdigit()}
+        except (FileNotFoundError, ProcessLookupError):
+            return set()
+
+    def process(self, pid: int) -> ProcessInfo:
+        """What tuned-rl knows of one process or thread; raises TaskGone if it is gone."""
+        try:
+            return read_process(self, pid)
+        except ProcessVanished as err:
+            raise TaskGone(str(err)) from err
+
+    def processes(self) -> list[ProcessInfo]:
+        """Every process (its main thread), those that exit while being read left out."""
+        return self._read_all((pid, None) for pid in self.pids())
+
+    def threads(self, pid: int) -> list[ProcessInfo]:
+        """Every thread of process ``pid`` (main thread included)."""
+        return self._read_all((tid, pid) for tid in sorted(self.thread_ids(pid)))
+
+    def _read_all(self, ids) -> list[ProcessInfo]:
+        found = []
+        for pid, tgid in ids:
+            try:
+                found.append(read_process(self, pid, tgid))
+            except ProcessVanished:
+                continue
+        return found
+
+    def user_name(self, uid: int) -> str:
+        """The account name of ``uid`` (the number as text if it has none)."""
+        try:
+            for line in self.read("/etc/passwd").splitlines():
+                fields = line.split(":")
+                if len(fields) > 2 and fields[2] == str(uid):
+                    return fields[0]
+        except FileNotFoundError:
+            pass
+        if self.is_live:
+            import pwd
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                pass
+        return str(uid)
 
     def task(self, pid: int) -> Task:
         """The task now using ``pid``; raises TaskGone if there is none."""
@@ -109,9 +284,7 @@ class Host:
             stat = self.read(f"/proc/{pid}/stat")
         except (FileNotFoundError, ProcessLookupError) as err:
             raise TaskGone(f"pid {pid} does not exist") from err
-        # comm may hold spaces and parentheses: split after the last ')'.
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
+        comm, fields = parse_stat(stat)
         return Task(pid=pid, start_time=int(fields[19]), comm=comm)
 
     def check_task(self, task: Task) -> None:
@@ -119,89 +292,46 @@ class Host:
         if self.task(task.pid).start_time != task.start_time:
             raise TaskGone(f"{task.label()} has exited; its pid now belongs to another task")
 
-    def get_sched(self, task: Task) -> str:
-        """Scheduling policy and priority as "SCHED_FIFO:50"."""
+    def on_task(self, task: Task, call):
+        """``call(pid)`` on ``task``, only if its pid still belongs to it; TaskGone if it does not.
+
+        Every syscall on a task goes through here (a kind of change that needs a new one
+        passes its own ``call``), so the identity check lives in one place.
+        """
         self.check_task(task)
         try:
-            policy = os.sched_getscheduler(task.pid)
-            priority = os.sched_getparam(task.pid).sched_priority
+            return call(task.pid)
         except ProcessLookupError as err:
             raise TaskGone(f"{task.label()} has exited") from err
+
+    def get_sched(self, task: Task) -> str:
+        """Scheduling policy and priority as "SCHED_FIFO:50"."""
+        policy, priority = self.on_task(task, lambda pid: (os.sched_getscheduler(pid),
+                                                           os.sched_getparam(pid).sched_priority))
         return f"{_POLICY_NAMES.get(policy, str(policy))}:{priority}"
 
     def set_sched(self, task: Task, value: str) -> None:
         name, _, priority = value.partition(":")
-        self.check_task(task)
-        try:
-            os.sched_setscheduler(task.pid, SCHED_POLICIES[name], os.sched_param(int(priority or 0)))
-        except ProcessLookupError as err:
-            raise TaskGone(f"{task.label()} has exited") from err
+        if name not in SCHED_POLICIES:
+            raise OSError(f"cannot set scheduling policy {name!r}")
+        self.on_task(task, lambda pid: os.sched_setscheduler(pid, SCHED_POLICIES[name],
+                                                             os.sched_param(int(priority or 0))))
 
     def get_affinity(self, task: Task) -> str:
         """CPU affinity as a cpu list ("0-3,8")."""
-        self.check_task(task)
-        try:
-            return format_cpu_list(os.sched_getaffinity(task.pid))
-        except ProcessLookupError as err:
-            raise TaskGone(f"{task.label()} has exited") from err
+        return format_cpu_list(self.on_task(task, os.sched_getaffinity))
 
     def set_affinity(self, task: Task, value: str) -> None:
-        self.check_task(task)
+        self.on_task(task, lambda pid: os.sched_setaffinity(pid, parse_cpu_list(value)))
+
+    def _read_task_file(self, task: Task, name: str) -> str:
         try:
-            os.sched_setaffinity(task.pid, parse_cpu_list(value))
-        except ProcessLookupError as err:
+            return self.read(f"/proc/{task.pid}/{name}")
+        except (FileNotFoundError, ProcessLookupError) as err:
             raise TaskGone(f"{task.label()} has exited") from err
-
-    def get_cgroup(self, task: Task, hierarchy: str) -> str:
-        """The task's cgroup, relative to the hierarchy mounted at ``hierarchy``."""
-        self.check_task(task)
-        wanted = self._hierarchy_key(hierarchy)
-        for line in self.read(f"/proc/{task.pid}/cgroup").splitlines():
-            _, controllers, path = line.split(":", 2)
-            if controllers == wanted:
-                return path
-        raise LookupError(f"{task.label()} is in no cgroup of {hierarchy}")
-
-    def set_cgroup(self, task: Task, hierarchy: str, cgroup: str) -> None:
-        """Move one thread (``tasks``) into ``cgroup`` of the hierarchy at ``hierarchy``."""
-        self.check_task(task)
-        self.write(str(PurePosixPath(hierarchy) / cgroup.lstrip("/") / "tasks"), str(task.pid))
-
-    def _hierarchy_key(self, hierarchy: str) -> str:
-        """The controller field /proc/<pid>/cgroup uses for a mounted hierarchy."""
-        for mount_point, fstype, options in self.mounts():
-            if mount_point != hierarchy:
-                continue
-            if fstype == "cgroup2":
-                return ""
-            names = [o for o in options if o in _V1_CONTROLLERS or o.startswith("name=")]
-            return ",".join(names)
-        raise LookupError(f"no cgroup hierarchy is mounted at {hierarchy}")
 
 
 _V1_CONTROLLERS = {
     "cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "net_cls", "blkio",
     "perf_event", "net_prio", "hugetlb", "pids", "rdma", "misc",
 }
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """"0-2,5" -> {0, 1, 2, 5}; raises ValueError on anything else."""
-    cpus: set[int] = set()
-    for part in text.split(","):
-        low, sep, high = part.strip().partition("-")
-        if not low.isdigit() or (sep and not high.isdigit()):
-            raise ValueError(f"not a CPU list: {text!r}")
-        cpus.update(range(int(low), int(high if sep else low) + 1))
-    return cpus
-
-
-def format_cpu_list(cpus) -> str:
-    """{0, 1, 2, 5} -> "0-2,5"."""
-    ordered, ranges = sorted(cpus), []
-    for cpu in ordered:
-        if ranges and cpu == ranges[-1][1] + 1:
-            ranges[-1][1] = cpu
-        else:
-            ranges.append([cpu, cpu])
-    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in ranges)

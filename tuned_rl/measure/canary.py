@@ -74,10 +74,7 @@ class Canary:
         os.kill(self.process.pid, signal.SIGUSR1)
 
     def tids(self) -> set[int]:
-        try:
-            return {int(t) for t in os.listdir(f"/proc/{self.process.pid}/task")}
-        except FileNotFoundError:
-            return set()
+        return self.host.thread_ids(self.process.pid)
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -98,7 +95,9 @@ class Canary:
     def _place(self, task: Task) -> None:
         # Placed before it runs its loop, so every thread it creates inherits this.
         if self.spec.cgroup:
-            self.host.write(f"{self.spec.cgroup}/tasks", str(task.pid))
+            mount = self.host.cgroup_mount(self.spec.cgroup)
+            self.host.set_cgroup(task, mount.mount_point, self.spec.cgroup[len(mount.mount_point):] or "/",
+                                 whole_process=True)
         if self.spec.cpus:
             self.host.set_affinity(task, self.spec.cpus)
         if self.spec.policy != "SCHED_OTHER" or self.spec.priority:

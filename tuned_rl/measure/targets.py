@@ -7,9 +7,9 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from tuned_rl.host import SCHED_POLICIES, Host, TaskGone
 from tuned_rl.measure.canary import CanarySpec
-from tuned_rl.host import SCHED_POLICIES, Host, parse_cpu_list
-from tuned_rl.profiles.schema import Key, Problem, Table
+from tuned_rl.profiles.schema import CpuList, Key, Problem, Regex, Table
 
 KINDS = ("pid", "name", "cgroup", "unit", "canary")
 
@@ -52,14 +52,14 @@ TARGET_TABLE = Table(
     "The workload whose latency decides whether a step is kept: exactly one of pid, name, cgroup, unit, canary.",
     {
         "pid": Key(int, "A process (all its threads).", minimum=1),
-        "name": Key(str, "Processes whose name or command line match this regular expression."),
+        "name": Key(Regex(), "Processes whose name or command line match this regular expression."),
         "cgroup": Key(str, "A cgroupfs directory, e.g. /sys/fs/cgroup/cpu/rl."),
         "unit": Key(str, "A systemd unit (its cgroup)."),
         "canary": Key(bool, "A process tuned-rl starts, placed like the workload, for a node without it yet."),
         "canary_period_us": Key(int, "The canary wakes this often.", minimum=50, maximum=10_000_000),
         "canary_work_us": Key(int, "Busy work per wake, like an inference step.", minimum=0, maximum=10_000_000),
         "canary_threads": Key(int, "Waking threads.", minimum=1, maximum=64),
-        "canary_cpus": Key(str, "CPU list to pin the canary to, e.g. \"0\" or \"2-3\"."),
+        "canary_cpus": Key(CpuList(), "CPU list to pin the canary to, e.g. \"0\" or \"2-3\"."),
         "canary_policy": Key(str, "Scheduling policy.", choices=tuple(sorted(SCHED_POLICIES))),
         "canary_priority": Key(int, "Priority for SCHED_FIFO / SCHED_RR.", minimum=0, maximum=99),
         "canary_cgroup": Key(str, "cgroupfs directory to start the canary in."),
@@ -87,31 +87,28 @@ def target_problems(table: dict, host: Host) -> list[Problem]:
     if canary_keys and chosen != ["canary"]:
         return [Problem(f"target.{canary_keys[0]}", "canary settings need canary = true")]
     problems = []
-    if "name" in table:
-        try:
-            re.compile(table["name"])
-        except re.error as err:
-            problems.append(Problem("target.name", f"not a regular expression: {err}"))
     for key in ("cgroup", "canary_cgroup"):
-        if key in table and not host.is_dir(table[key]):
-            problems.append(Problem(f"target.{key}", f"cgroup directory {table[key]} does not exist"))
-    if "canary_cpus" in table:
+        if key not in table:
+            continue
         try:
-            parse_cpu_list(table["canary_cpus"])
-        except ValueError as err:
-            problems.append(Problem("target.canary_cpus", str(err)))
+            host.cgroup_mount(table[key])
+        except (LookupError, OSError):
+            problems.append(Problem(f"target.{key}", f"{table[key]} is not in a mounted cgroup hierarchy"))
+            continue
+        if not host.is_dir(table[key]):
+            problems.append(Problem(f"target.{key}", f"cgroup directory {table[key]} does not exist"))
     return problems
 
 
 def resolve_tids(host: Host, target: Target) -> set[int]:
     """The thread ids the target has now (may be empty: a cgroup with nothing in it)."""
     if target.kind == "pid":
-        return _threads_of(host, int(target.value))
+        return host.thread_ids(int(target.value))
     if target.kind == "name":
         pattern = re.compile(target.value)
         # tuned-rl's own command line holds the pattern: never count ourselves.
-        pids = [pid for pid in _pids(host) if pid != os.getpid() and _matches(host, pid, pattern)]
-        return {t for pid in pids for t in _threads_of(host, pid)}
+        pids = [pid for pid in host.pids() if pid != os.getpid() and _matches(host, pid, pattern)]
+        return {t for pid in pids for t in host.thread_ids(pid)}
     if target.kind == "cgroup":
         return _cgroup_threads(host, target.value)
     if target.kind == "unit":
@@ -140,27 +137,15 @@ def unit_cgroup(host: Host, unit: str) -> str:
 def _cgroup_threads(host: Host, directory: str) -> set[int]:
     if not host.is_dir(directory):
         raise TargetError(f"cgroup {directory} does not exist")
-    for name in ("cgroup.threads", "tasks"):
-        if host.exists(f"{directory}/{name}"):
-            return {int(line) for line in host.read(f"{directory}/{name}").split()}
-    raise TargetError(f"{directory} is not a cgroup directory")
-
-
-def _pids(host: Host) -> list[int]:
-    return [int(p.name) for p in host.path("/proc").iterdir() if p.name.isdigit()]
-
-
-def _threads_of(host: Host, pid: int) -> set[int]:
     try:
-        return {int(t.name) for t in host.path(f"/proc/{pid}/task").iterdir()}
-    except FileNotFoundError:
-        return set()
+        return set(host.cgroup_tasks(directory))
+    except LookupError as err:
+        raise TargetError(str(err)) from err
 
 
 def _matches(host: Host, pid: int, pattern: re.Pattern) -> bool:
     try:
-        comm = host.read(f"/proc/{pid}/comm")
-        cmdline = host.path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError):
+        process = host.process(pid)
+    except TaskGone:
         return False
-    return bool(pattern.search(comm) or pattern.search(cmdline.strip()))
+    return bool(pattern.search(process.comm) or pattern.search(process.cmdline))
