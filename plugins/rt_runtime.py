@@ -6,7 +6,7 @@ from fractions import Fraction
 from math import ceil
 from pathlib import PurePosixPath
 
-from tuned_rl import Change, Key, Problem, Step, Table, hookimpl
+from tuned_rl import CgroupPath, Change, Key, Problem, Step, Table, hookimpl
 
 GLOBAL_RUNTIME = "/proc/sys/kernel/sched_rt_runtime_us"
 GLOBAL_PERIOD = "/proc/sys/kernel/sched_rt_period_us"
@@ -19,11 +19,12 @@ TABLE = Table(
     {
         "global_runtime_us": Key(int, "kernel.sched_rt_runtime_us: the whole host's RT budget per period.",
                                  minimum=UNLIMITED, maximum=MAX_US),
-        "cgroup": Key(str, "A cgroup of the v1 cpu hierarchy (\"rl\" or \"/ray/actors\")."),
+        "cgroup": Key(CgroupPath(), "A cgroup of the v1 cpu hierarchy (\"rl\" or \"/ray/actors\")."),
         "cgroup_runtime_us": Key(int, "That cgroup's cpu.rt_runtime_us; parents are raised first if needed.",
                                  minimum=UNLIMITED, maximum=MAX_US),
         "allow_unlimited": Key(bool, "Permit -1 (no throttling): a runaway RT thread then owns its CPU."),
     },
+    phase="kernel",  # before tasks are placed: a FIFO task cannot join a cgroup without RT budget
 )
 
 
@@ -88,10 +89,6 @@ def _check_keys(config: dict) -> list[Problem]:
         if config.get(key) == UNLIMITED and not config.get("allow_unlimited", False):
             problems.append(Problem(f"rt_runtime.{key}", "-1 (unlimited) lets a runaway RT thread own a CPU; "
                                     "set allow_unlimited = true to mean it"))
-    cgroup = config.get("cgroup")
-    if isinstance(cgroup, str) and (".." in PurePosixPath(cgroup).parts or not cgroup.strip("/")):
-        problems.append(Problem("rt_runtime.cgroup", f"{cgroup!r} must name a cgroup inside the hierarchy "
-                                "(no '..', not the root)"))
     return problems
 
 

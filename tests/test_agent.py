@@ -98,7 +98,7 @@ def test_applying_another_profile_rolls_the_old_one_back_first(tree, cli, profil
 def test_human_output_is_a_table_of_target_before_after(tree, cli, profile_file):
     tree.cgroup("rl", runtime=500000)
     out = cli("apply", profile_file(RAISE_RL), "--no-verify")[1]
-    assert out.splitlines()[1].split() == ["STEP", "OUTCOME", "CHANGE"]
+    assert out.splitlines()[1].split() == ["PHASE", "STEP", "OUTCOME", "CHANGE"]
     assert f"{RL}: 500000 -> 950000" in out and "applied with --no-verify" in out
 
 
@@ -174,7 +174,7 @@ class PinPlugin:
 
     @hookimpl
     def tuned_rl_tables(self):
-        return [Table("pin", "test", {"cpu": Key(int, "cpu")})]
+        return [Table("pin", "test", {"cpu": Key(int, "cpu")}, phase="placement")]
 
     @hookimpl
     def tuned_rl_plan(self, profile, host):
@@ -216,9 +216,9 @@ def test_a_reused_pid_is_never_touched(sleeper, profile_file, state_dir):
     agent.apply(load_profile(profile_file("[pin]\ncpu = 0\n")))
     journal = Journal(state_dir)
     record = journal.records()[0]
-    impostor = record.change.task.__class__(record.change.task.pid, record.change.task.start_time - 1, "old")
-    record.change = record.change.__class__("affinity", "", "0-1", "0", impostor)
-    journal.save(record)  # as if the journaled process had exited and its pid were reused
+    task = record.changes[0].task
+    impostor = Change("affinity", "", "0-1", "0", task.__class__(task.pid, task.start_time - 1, "old"))
+    journal.replace(record, [impostor])  # as if the journaled process had exited and its pid were reused
     result, _ = agent.rollback()
     assert result["changes"][0]["outcome"] == "gone"
     assert os.sched_getaffinity(sleeper.pid) == {0}  # the live process kept what it has
@@ -228,3 +228,17 @@ def test_a_host_missing_a_file_is_a_clear_error_not_a_traceback(tree, cli, profi
     tree.host.path("/proc/sys/kernel/sched_rt_period_us").unlink()
     status, out, err = cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"), "--dry-run")
     assert status == 1 and "cannot read the host" in err and "sched_rt_period_us" in err
+
+
+def test_status_and_rollback_show_a_person_the_unusual_rows_and_count_the_rest(tree, cli, profile_file):
+    names = [f"vm.param{i}" for i in range(50)]
+    for name in names:
+        tree.set(f"/proc/sys/vm/param{name[8:]}", "1")
+    cli("apply", profile_file("[sysctl]\n" + "".join(f'"{n}" = 2\n' for n in names)))
+    tree.set("/proc/sys/vm/param49", "7")  # someone else's change
+    out = cli("status")[1]
+    assert "/proc/sys/vm/param49" in out and "drifted" in out
+    assert "... and 10 more: 10 holds (--json lists every change)" in out
+    assert len(json.loads(cli("status", "--json")[1])["changes"]) == 50
+    out = cli("rollback")[1]
+    assert "... and 10 more: 10 restored (--json lists every change)" in out

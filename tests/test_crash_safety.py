@@ -10,7 +10,7 @@ from helpers import kill_at, run_cli
 
 # Three changes in two steps: global budget; cgroup parent raised, then the cgroup.
 PROFILE = '[rt_runtime]\nglobal_runtime_us = 960000\ncgroup = "ray/actors"\ncgroup_runtime_us = 500000\n'
-POINTS = [f"{point}:{n}" for point in ("journaled", "written") for n in (1, 2, 3)]
+POINTS = ["journaled:1", "journaled:2"] + [f"written:{n}" for n in (1, 2, 3)]  # a record per step, a write per change
 
 
 @pytest.fixture

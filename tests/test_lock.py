@@ -24,7 +24,7 @@ def test_a_second_apply_fails_at_once_naming_the_first(tree, profile_file, state
         assert status == 1 and f"pid {first.pid}" in err, err
     assert time.monotonic() - started < 10  # "at once": no waiting for the lock
     records = Journal(state_dir).records()
-    assert [r.change.target for r in records] == ["/proc/sys/kernel/sched_rt_runtime_us"]
+    assert [c.target for r in records for c in r.changes] == ["/proc/sys/kernel/sched_rt_runtime_us"]
     os.kill(first.pid, signal.SIGCONT)
     out, err = first.communicate(timeout=30)
     assert first.returncode == 0, err

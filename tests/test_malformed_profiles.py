@@ -1,5 +1,7 @@
 """A malformed profile exits 2, names the file and key, and leaves the host exactly as it was."""
 
+import os
+
 import pytest
 
 MALFORMED = {
@@ -23,6 +25,24 @@ MALFORMED = {
     "include-missing": ('[profile]\ninclude = ["base.toml"]\n', "profile.include", "not found"),
     "include-not-a-list": ('[profile]\ninclude = "base.toml"\n', "profile.include", "list"),
     "profile-unknown-key": ('[profile]\nnmae = "x"\n', "profile.nmae", "unknown key"),
+    "cgroup-is-the-root": ('[rt_runtime]\ncgroup = "/"\ncgroup_runtime_us = 1\n', "rt_runtime.cgroup", "not the root"),
+    "canary-cpus-offline": ('[target]\ncanary = true\ncanary_cpus = "7-99"\n', "target.canary_cpus",
+                            "CPUs 7-99 of '7-99' are not online on this host (online: 0-1)"),
+    "canary-cpus-not-a-list": ('[target]\ncanary = true\ncanary_cpus = "one"\n', "target.canary_cpus",
+                               "not a CPU list"),
+    "target-name-not-a-regex": ('[target]\nname = "ray::("\n', "target.name", "not a regular expression"),
+    "canary-cgroup-outside-cgroupfs": ('[target]\ncanary = true\ncanary_cgroup = "/tmp"\n', "target.canary_cgroup",
+                                       "not in a mounted cgroup hierarchy"),
+    "sysctl-unknown": ('[sysctl]\n"vm.swapiness" = 10\n', "sysctl.vm.swapiness", "this kernel has no vm.swapiness"),
+    "sysctl-wrong-type": ('[sysctl]\n"vm.swappiness" = 1.5\n', "sysctl.vm.swappiness",
+                          "must be an integer or a string"),
+    "sysctl-escapes": ('[sysctl]\n"vm/../../etc/passwd" = 1\n', "sysctl.vm/../../etc/passwd", "not a sysctl name"),
+    "sysctl-read-only": ('[sysctl]\n"kernel.random.boot_id" = "x"\n', "sysctl.kernel.random.boot_id", "read-only"),
+    "sysctl-a-group": ('[sysctl]\n"vm" = 1\n', "sysctl.vm", "a group of parameters"),
+    "sysctl-two-lines": ('[sysctl]\n"vm.swappiness" = "1\\n2"\n', "sysctl.vm.swappiness", "one non-empty line"),
+    "sysctl-empty": ("[sysctl]\n", "sysctl", "names no parameter"),
+    "sysctl-and-rt-runtime": ('[sysctl]\n"kernel.sched_rt_runtime_us" = 900000\n[rt_runtime]\nglobal_runtime_us = 900000\n',
+                              "sysctl", "set it in one place"),
 }
 
 
@@ -30,6 +50,7 @@ MALFORMED = {
 def test_malformed_profile_is_rejected_and_changes_nothing(case, tree, cli, profile_file, state_dir):
     text, key, words = MALFORMED[case]
     tree.cgroup("rl", runtime=500000)
+    os.chmod(tree.host.path("/proc/sys/kernel/random/boot_id"), 0o444)  # as the kernel has it
     path = profile_file(text)
     before = tree.snapshot()
     for args in ([], ["--dry-run"], ["--json"]):

@@ -19,7 +19,7 @@ class Misspelled:
 class Clashing:
     @hookimpl
     def tuned_rl_tables(self):
-        return [Table("rt_runtime", "mine too")]
+        return [Table("rt_runtime", "mine too", phase="kernel")]
 
 
 class Checker:
@@ -27,7 +27,7 @@ class Checker:
 
     @hookimpl
     def tuned_rl_tables(self):
-        return [Table("check", "test", {"limit": Key(int, "a limit", required=True)})]
+        return [Table("check", "test", {"limit": Key(int, "a limit", required=True)}, phase="kernel")]
 
     @hookimpl
     def tuned_rl_validate(self, profile, host):
@@ -68,7 +68,7 @@ def test_validate_hooks_only_see_tables_that_passed_their_declarations(tree, pro
     assert len(problems) == 1 and "must be an integer" in problems[0]
 
 
-def test_steps_follow_the_order_of_tables_in_the_profile(tree, profile_file):
+def test_steps_in_one_phase_follow_the_order_of_tables_in_the_profile(tree, profile_file):
     plugins = load_plugins(extra=[("check", Checker())])
     for text, order in [("[check]\nlimit=1\n[rt_runtime]\nglobal_runtime_us=900000\n", ["check", "rt_runtime"]),
                         ("[rt_runtime]\nglobal_runtime_us=900000\n[check]\nlimit=1\n", ["rt_runtime", "check"])]:
@@ -76,9 +76,58 @@ def test_steps_follow_the_order_of_tables_in_the_profile(tree, profile_file):
         assert [s.table for s in steps] == order
 
 
+class Irqs:
+    """Owns [irqs], a table of the last phase."""
+
+    @hookimpl
+    def tuned_rl_tables(self):
+        return [Table("irqs", "test", {"on": Key(bool, "on")}, phase="interrupts")]
+
+    @hookimpl
+    def tuned_rl_plan(self, profile, host):
+        if profile.get("irqs") is None:
+            return []
+        return [Step("irqs", "move irqs", [Change("file", "/proc/sys/vm/swappiness", "60", "2")])]
+
+
+def test_a_profile_written_in_reverse_phase_order_applies_in_phase_order(tree, cli, profile_file):
+    import json
+    from tuned_rl.cli import main
+    text = '[irqs]\non = true\n[sysctl]\n"vm.dirty_ratio" = 5\n[rt_runtime]\nglobal_runtime_us = 900000\n'
+    tree.set("/proc/sys/vm/dirty_ratio", "20")
+    plugins = load_plugins(extra=[("irqs", Irqs())])
+    steps = plugins.plan(load_profile(profile_file(text)), tree.host)
+    assert [(s.table, plugins.phase_of(s.table)) for s in steps] == [
+        ("sysctl", "kernel"), ("rt_runtime", "kernel"), ("irqs", "interrupts")]
+    from tuned_rl.core.agent import Agent
+    from tuned_rl.core.journal import Journal
+    agent = Agent(plugins, tree.host, Journal(tree.root / "state"))
+    dry = agent.dry_run(load_profile(profile_file(text)))
+    assert [(s.plugin, s.phase) for s in dry.steps] == [("sysctl", "kernel"), ("rt_runtime", "kernel"),
+                                                        ("irqs", "interrupts")]
+    assert dry.to_text().splitlines()[1].split()[:2] == ["PHASE", "STEP"]
+    report, status = agent.apply(load_profile(profile_file(text)))
+    assert status == 0 and [s.plugin for s in report.steps] == ["sysctl", "rt_runtime", "irqs"]
+    assert [r.seq for r in Journal(tree.root / "state").records()] == [1, 2, 3]
+    assert [r.plugin for r in Journal(tree.root / "state").records()] == ["sysctl", "rt_runtime", "irqs"]
+    agent.rollback()
+
+
+def test_a_table_without_a_known_phase_fails_its_plugin():
+    class NoPhase:
+        @hookimpl
+        def tuned_rl_tables(self):
+            return [Table("nophase", "test")]
+
+    plugins = load_plugins(extra=[("nophase", NoPhase())])
+    assert plugins.failures[0].name == "nophase" and "phase None" in plugins.failures[0].error
+    assert "nophase" not in plugins.tables
+
+
 def test_plugin_tables_lists_each_plugin_with_its_tables():
-    assert load_plugins(extra=[("check", Checker())]).plugin_tables() == {
-        "rt_runtime": ["rt_runtime"], "check": ["check"]}
+    listing = load_plugins(extra=[("check", Checker())]).plugin_tables()
+    assert {name: [(t.name, t.phase) for t in tables] for name, tables in listing.items() if name != "sysctl"} == {
+        "rt_runtime": [("rt_runtime", "kernel")], "check": [("check", "kernel")]}
 
 
 HOOKS = [name for name, _ in inspect.getmembers(hookspec, inspect.isfunction) if name.startswith("tuned_rl_")]

@@ -61,12 +61,12 @@ def test_the_guides_example_is_a_working_plugin():
 def test_plugins_lists_the_third_party_plugin_and_the_broken_one(third_party, tmp_path):
     status, out, err = run_cli("plugins", "--json", root=None, state_dir=tmp_path / "s", env=third_party)
     listing = json.loads(out)
-    assert {"name": "swappiness", "tables": ["swappiness"]} in listing["plugins"]
-    assert {"name": "rt_runtime", "tables": ["rt_runtime"]} in listing["plugins"]
+    tables = {p["name"]: [(t["name"], t["phase"]) for t in p["tables"]] for p in listing["plugins"]}
+    assert tables["swappiness"] == [("swappiness", "kernel")] and tables["rt_runtime"] == [("rt_runtime", "kernel")]
     assert listing["failed"][0]["name"] == "broken" and "no_such_module" in listing["failed"][0]["error"]
     assert "plugin broken failed to load: ModuleNotFoundError" in err
     human = run_cli("plugins", root=None, state_dir=tmp_path / "s", env=third_party)[1]
-    assert re.search(r"swappiness\s+\[swappiness\]\s+loaded", human)
+    assert re.search(r"swappiness\s+\[swappiness\] \(kernel\)\s+loaded", human)
 
 
 def test_third_party_table_is_validated_applied_and_rolled_back(third_party, tree, profile_file, state_dir):

@@ -119,7 +119,8 @@ def test_the_agent_undoes_a_reverted_step_and_forgets_its_records(tree, profile_
     assert tree.snapshot() == before and Journal(state_dir).records() == []
     report = agent._apply_step(0, step, "label", FakeVerifier(keep=True), "")
     assert report.outcome == "kept" and tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "900000"
-    assert [r.state for r in Journal(state_dir).records()] == ["done", "done"]
+    records = Journal(state_dir).records()
+    assert [r.state for r in records] == ["done"] and len(records[0].changes) == 2  # one record per step
 
 
 def test_a_profile_without_target_is_applied_unverified(tree, cli, profile_file):

@@ -3,9 +3,10 @@
 Writing a plugin
 ================
 
-A plugin is a module that owns one profile table. It declares the table's keys,
-checks what declarations cannot, and plans changes; the core applies them,
-journals every original value before the write, and undoes them on rollback.
+A plugin is a module that owns one profile table. It declares the table's keys
+and the phase its steps run in, checks what declarations cannot, and plans
+changes; the core applies them, journals every original value before the
+write, and undoes them on rollback.
 Built-in plugins are loaded the same way as yours: through the ``tuned_rl``
 entry-point group. In your distribution's ``pyproject.toml``::
 
@@ -21,7 +22,8 @@ and ``my_package/swappiness.py``, a complete plugin for a ``[swappiness]`` table
     @hookimpl
     def tuned_rl_tables():
         return [Table("swappiness", "How eagerly the kernel swaps.",
-                      {"value": Key(int, "vm.swappiness", required=True, minimum=0, maximum=200)})]
+                      {"value": Key(int, "vm.swappiness", required=True, minimum=0, maximum=200)},
+                      phase="kernel")]
 
     @hookimpl
     def tuned_rl_validate(profile, host):
@@ -37,19 +39,30 @@ and ``my_package/swappiness.py``, a complete plugin for a ``[swappiness]`` table
         return [Step("swappiness", "set vm.swappiness", [change])]
 
 Every hook is documented in :mod:`tuned_rl.hookspec`. Read the host only through
-the ``host`` argument (tests point it at a temporary tree), and never write in a
-hook: a plan is pure, so ``tuned-rl apply --dry-run`` can show it safely.
+the ``host`` argument (tests point it at a temporary tree; ``host.processes()``
+and ``host.threads(pid)`` list tasks), and never write in a hook: a plan is pure,
+so ``tuned-rl apply --dry-run`` can show it safely.
+
+A change's kind says what it changes (:mod:`tuned_rl.core.kinds`): ``file``,
+``cpulist`` and ``cpumask`` (a /proc or /sys value), ``config_file`` and
+``directory`` (a file tuned-rl creates or replaces), ``cgroup_dir`` (a cgroup it
+creates), and for a task (``Change(..., task=info.task)``) ``sched``,
+``affinity``, ``cgroup`` and ``process_cgroup``. The phases are listed in
+:mod:`tuned_rl.core.phases`. A step over many tasks is fine: a task that exits
+before it is changed is counted as gone, not an error.
 """
 
 import pluggy
 
 from tuned_rl.core.changes import Change, Step
-from tuned_rl.host import Host, Task
+from tuned_rl.core.kinds import Kind
+from tuned_rl.host import Host, ProcessInfo, Task
 from tuned_rl.profiles.loader import Profile
-from tuned_rl.profiles.schema import Key, Problem, Table
+from tuned_rl.profiles.schema import CgroupPath, CpuList, Key, Map, Problem, Regex, Table, ValueType
 
 __version__ = "0.1.0"
 
 hookimpl = pluggy.HookimplMarker("tuned_rl")
 
-__all__ = ["Change", "Host", "Key", "Problem", "Profile", "Step", "Table", "Task", "hookimpl"]
+__all__ = ["CgroupPath", "Change", "CpuList", "Host", "Key", "Kind", "Map", "ProcessInfo", "Problem", "Profile",
+           "Regex", "Step", "Table", "Task", "ValueType", "hookimpl"]

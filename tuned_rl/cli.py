@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import os
 import sys
 import time
@@ -12,7 +13,9 @@ from tuned_rl.core.agent import Agent, HostError
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.doctor import examine
 from tuned_rl.host import SCHED_POLICIES, Host
-from tuned_rl.core.journal import DEFAULT_STATE_DIR, Journal, LockHeld, StateDirError
+from tuned_rl.core.journal import DEFAULT_STATE_DIR, Journal, JournalError
+from tuned_rl.core.lock import LockHeld, StateDirError
+from tuned_rl.core.phases import PHASES
 from tuned_rl.core.plugin_host import load_plugins
 from tuned_rl.profiles.loader import ProfileError, load_profile
 from tuned_rl.measure.measurement import measure_target
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(plugins, host, Journal(args.state_dir), progress=lambda message: show(message, end="\r"))
     try:
         return COMMANDS[args.command](agent, args)
-    except (LockHeld, StateDirError, HostError) as err:
+    except (LockHeld, StateDirError, HostError, JournalError) as err:
         print(f"tuned-rl: {err}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as err:  # the host lacks a file a plugin reads, or refuses access
@@ -111,9 +114,10 @@ def cmd_rollback(agent: Agent, args) -> int:
         print("nothing to roll back")
     else:
         print(f"rolled back {report['profile'] or 'an unfinished apply'}")
+        shown, rest = _for_people(report["changes"], "outcome", "restored")
         rows = [(r["target"], r["outcome"], f"{r['before']} -> {r['after']}" + (f"  ({r['reason']})"
-                 if r.get("reason") else "")) for r in report["changes"]]
-        print("\n".join(format_table(("TARGET", "OUTCOME", "NOW -> RESTORED"), rows)))
+                 if r.get("reason") else "")) for r in shown]
+        print("\n".join(format_table(("TARGET", "OUTCOME", "NOW -> RESTORED"), rows) + rest))
     return status
 
 
@@ -128,21 +132,40 @@ def cmd_status(agent: Agent, args) -> int:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report["applied_at"])) if report["applied_at"] else "?"
     boot = "an earlier boot: a reboot reset these values" if report["stale"] else "this boot"
     print(f"profile {report['profile']} ({report['path']}) applied {when}, {boot}")
-    rows = [(r["target"], r["before"], r["after"], str(r["current"]), r["state"]) for r in report["changes"]]
-    print("\n".join(format_table(("TARGET", "ORIGINAL", "APPLIED", "NOW", "STATE"), rows)))
+    shown, rest = _for_people(report["changes"], "state", "holds")
+    rows = [(r["target"], str(r["before"]), str(r["after"]), str(r["current"]), r["state"]) for r in shown]
+    print("\n".join(format_table(("TARGET", "ORIGINAL", "APPLIED", "NOW", "STATE"), rows) + rest))
     return EXIT_OK
+
+
+SHOWN_ROWS = 40
+
+
+def _for_people(rows: list[dict], key: str, routine: str) -> tuple[list[dict], list[str]]:
+    """At most SHOWN_ROWS rows (the unusual ones first, then in order), and a line counting the rest."""
+    if len(rows) <= SHOWN_ROWS:
+        return rows, []
+    order = sorted(range(len(rows)), key=lambda i: rows[i][key] == routine)[:SHOWN_ROWS]
+    shown = [rows[i] for i in sorted(order)]
+    left = Counter(rows[i][key] for i in set(range(len(rows))) - set(order))
+    return shown, [f"... and {sum(left.values())} more: " + ", ".join(f"{n} {state}" for state, n in left.items())
+                   + " (--json lists every change)"]
 
 
 def cmd_plugins(agent: Agent, args) -> int:
     listing = agent.plugins.plugin_tables()
     failures = {f.name: f.error for f in agent.plugins.failures}
     if args.json:
-        print(json.dumps({"plugins": [{"name": n, "tables": t} for n, t in listing.items()],
+        print(json.dumps({"plugins": [{"name": n, "tables": [{"name": t.name, "phase": t.phase, "help": t.help}
+                                                              for t in tables]}
+                                      for n, tables in listing.items()],
+                          "phases": list(PHASES),
                           "failed": [{"name": n, "error": e} for n, e in failures.items()]}, indent=2))
         return EXIT_OK
-    rows = [(name, ", ".join(f"[{t}]" for t in tables), "loaded") for name, tables in listing.items()]
+    rows = [(name, ", ".join(f"[{t.name}] ({t.phase})" for t in tables), "loaded") for name, tables in listing.items()]
     rows += [(name, "", f"failed: {error}") for name, error in failures.items()]
-    print("\n".join(format_table(("PLUGIN", "TABLES", "STATE"), rows)))
+    print("\n".join(format_table(("PLUGIN", "TABLES (PHASE)", "STATE"), rows)))
+    print(f"steps run in phase order: {' -> '.join(PHASES)}")
     return EXIT_OK
 
 

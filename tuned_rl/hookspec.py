@@ -5,6 +5,7 @@ from __future__ import annotations
 import pluggy
 
 from tuned_rl.core.changes import Step
+from tuned_rl.core.kinds import Kind
 from tuned_rl.host import Host
 from tuned_rl.profiles.loader import Profile
 from tuned_rl.profiles.schema import Problem, Table
@@ -18,7 +19,9 @@ def tuned_rl_tables() -> list[Table]:
 
     The core rejects a profile holding a table no plugin owns, a key a table does
     not declare, and a value of the wrong type or out of range, before any plugin
-    is asked to plan. A table name may be owned by one plugin only.
+    is asked to plan. A table name may be owned by one plugin only. Each table
+    declares the ``phase`` its steps run in (see :mod:`tuned_rl.core.phases`):
+    steps run in phase order whatever the order of tables in the profile.
 
     :return: the plugin's tables (usually one, named like the plugin's module).
     """
@@ -50,4 +53,17 @@ def tuned_rl_plan(profile: Profile, host: Host) -> list[Step] | None:
     :param profile: the whole merged, validated profile.
     :param host: where to read current values.
     :return: steps in the order to apply them; None or [] if the profile has no table of yours.
+    """
+
+
+@hookspec
+def tuned_rl_change_kinds() -> list[Kind]:
+    """Add kinds of change beyond the built-in ones (:mod:`tuned_rl.core.kinds`).
+
+    A kind is a small class that reads, writes, compares, shows and checks one kind
+    of value; the core journals and undoes changes of every kind alike. Rollback of
+    a journal holding a kind needs the plugin that adds it to be installed. A kind
+    name may be registered by one class only.
+
+    :return: instances of :class:`tuned_rl.core.kinds.Kind` subclasses; None or [] if none.
     """

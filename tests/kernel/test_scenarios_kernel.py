@@ -1,4 +1,4 @@
-"""The scenario lab as kernel tests: RT throttling kept, a harmful step reverted, a harmless one kept."""
+"""The scenario lab as kernel tests: RT throttling kept, a harmful budget cut reverted, a harmless sysctl kept."""
 
 import os
 import sys
@@ -13,7 +13,6 @@ sys.path.insert(0, str(Path(__file__).parent.parent.parent / "bench" / "scenario
 import harmful_step  # noqa: E402
 import harmless_step  # noqa: E402
 import rt_throttling  # noqa: E402
-from lab import lab_plugin_path  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or BpfProbe.obstacles(Host(), True) != [],
                                 reason="needs root and a working BPF probe")
@@ -36,18 +35,18 @@ def test_a_harmful_step_is_reverted_and_its_value_is_back(tmp_path):
     step = result.report["steps"][-1]
     print(result.row())
     assert step["outcome"] == "reverted", step["reason"]
+    assert step["changes"][-1]["before"] == "950000" and step["changes"][-1]["after"] == "500000"
     assert step["verdict"]["p_value"] < 0.01 and result.after_p999_us > 1.2 * result.before_p999_us
-    assert result.value_after_apply == "1"  # back on CPU 1 when apply returned, before any rollback
+    assert result.value_after_apply == "950000"  # back when apply returned, before any rollback
     assert result.seconds < 120 and result.host_restored
 
 
 def test_a_harmless_step_is_kept(tmp_path):
     # The bar is 19 kept in 20 runs (the bench: 20 of 20): a false revert here has a ~1%
     # chance, so a second run decides before the test calls it a failure.
-    with lab_plugin_path() as plugin_path:
-        results = [harmless_step.run(tmp_path / "1", plugin_path)]
-        if results[0].decision != "kept":
-            results.append(harmless_step.run(tmp_path / "2", plugin_path))
+    results = [harmless_step.run(tmp_path / "1")]
+    if results[0].decision != "kept":
+        results.append(harmless_step.run(tmp_path / "2"))
     for result in results:
         print(result.row())
         assert result.seconds < 120 and result.host_restored
@@ -55,8 +54,7 @@ def test_a_harmless_step_is_kept(tmp_path):
 
 
 def test_with_three_rounds_every_rounds_figures_are_reported(tmp_path):
-    with lab_plugin_path() as plugin_path:
-        result = harmless_step.run(tmp_path, plugin_path, rounds=3)
+    result = harmless_step.run(tmp_path, rounds=3)
     step = result.report["steps"][-1]
     assert result.decision == "kept", step["reason"]
     assert [r["round"] for r in step["rounds"]] == [1, 2, 3]
@@ -66,8 +64,7 @@ def test_with_three_rounds_every_rounds_figures_are_reported(tmp_path):
 
 def test_a_five_step_profile_is_verified_within_three_minutes(tmp_path):
     import five_steps
-    with lab_plugin_path() as plugin_path:
-        report, seconds, restored = five_steps.run(tmp_path, plugin_path)
+    report, seconds, restored = five_steps.run(tmp_path)
     outcomes = [s["outcome"] for s in report["steps"]]
     assert len(outcomes) == 5 and set(outcomes) <= {"kept", "reverted", "inconclusive"}
     assert [s["reused_baseline"] for s in report["steps"]] == [False, True, True, True, True] or \

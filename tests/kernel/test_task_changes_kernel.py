@@ -1,8 +1,12 @@
 """Process undo records on the live kernel: scheduling policy and cgroup membership come back."""
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 
 from tuned_rl import Change, Key, Step, Table, hookimpl
 from tuned_rl.core.agent import Agent
@@ -22,7 +26,7 @@ class TaskPlugin:
 
     @hookimpl
     def tuned_rl_tables(self):
-        return [Table("task", "test", {"on": Key(bool, "on")})]
+        return [Table("task", "test", {"on": Key(bool, "on")}, phase="placement")]
 
     @hookimpl
     def tuned_rl_plan(self, profile, host):
@@ -63,3 +67,81 @@ def test_a_fifo_task_in_a_cgroup_without_budget_is_refused_and_reverted(rt_cgrou
     assert status == 1 and report.steps[0].outcome == "failed"
     assert cgroup_of(sleeper.pid) == cgroup_before
     assert os.sched_getparam(sleeper.pid).sched_priority == 5
+
+
+FORKER = """
+import os, signal, time
+children = []
+def fork(*_):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+    children.append(pid)
+    print(pid, flush=True)
+signal.signal(signal.SIGUSR1, fork)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+class OfflinePlugin:
+    """Owns [offline]: creates a cgroup (with a setting, where given) and moves one process into it."""
+
+    def __init__(self, pid, mount, name, settings):
+        self.pid, self.mount, self.name, self.settings = pid, mount, name, settings
+
+    @hookimpl
+    def tuned_rl_tables(self):
+        return [Table("offline", "test", {"on": Key(bool, "on")}, phase="cgroups")]
+
+    @hookimpl
+    def tuned_rl_plan(self, profile, host):
+        task = host.task(self.pid)
+        return [Step("offline", "evict the job", [
+            Change("cgroup_dir", f"{self.mount}/{self.name}", None, self.settings),
+            Change("process_cgroup", self.mount, host.get_cgroup(task, self.mount), f"/{self.name}", task),
+        ])]
+
+
+def cgroup_in(pid: int, key: str) -> str:
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    return next(line.split(":", 2)[2] for line in lines if line.split(":")[1] == key)
+
+
+@pytest.mark.parametrize("mount, key, settings", [
+    (CPU, "cpu", {"cpu.shares": "2"}),
+    ("/sys/fs/cgroup/unified", "", {}),  # cgroup v2 (no controllers enabled on this machine)
+])
+def test_a_created_cgroup_takes_a_process_and_its_later_children_back_out(mount, key, settings, profile_file,
+                                                                         state_dir):
+    if os.geteuid() != 0 or not Path(mount, "cgroup.procs").exists():
+        pytest.skip(f"needs root and {mount}")
+    job = subprocess.Popen([sys.executable, "-c", FORKER], stdout=subprocess.PIPE, text=True)
+    name, child = f"tuned-rl-test-offline-{os.getpid()}", None
+    try:
+        assert job.stdout.readline().strip() == "ready"
+        original = cgroup_in(job.pid, key)
+        agent = Agent(load_plugins(extra=[("offline", OfflinePlugin(job.pid, mount, name, settings))]), Host(),
+                      Journal(state_dir))
+        report, status = agent.apply(load_profile(profile_file("[offline]\non = true\n")))
+        assert status == 0, report.steps[0].reason
+        assert cgroup_in(job.pid, key) == f"/{name}"
+        assert all(Path(mount, name, k).read_text().strip() == v for k, v in settings.items())
+        os.kill(job.pid, signal.SIGUSR1)  # the job forks after the apply: its child starts in the cgroup
+        child = int(job.stdout.readline())
+        assert cgroup_in(child, key) == f"/{name}"
+        result, status = agent.rollback()
+        assert status == 0, result
+        assert cgroup_in(job.pid, key) == original and cgroup_in(child, key) == original
+        assert not Path(mount, name).exists()
+    finally:
+        if child is not None:
+            os.kill(child, signal.SIGKILL)
+        job.kill()
+        job.wait()
+        if Path(mount, name).exists():
+            for pid in Path(mount, name, "cgroup.procs").read_text().split():
+                Path(mount, "cgroup.procs").write_text(pid)
+            Path(mount, name).rmdir()

@@ -1,4 +1,4 @@
-"""Applying planned steps with an undo record journaled before every write; rollback and status."""
+"""Applying planned steps with their undo records journaled before the first write; rollback and status."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tuned_rl.core.changes import Change, Step
-from tuned_rl.host import Host, TaskGone
-from tuned_rl.core.journal import Applied, Journal, Record, exclusive_lock
+from tuned_rl.core.journal import Applied, Journal, StepRecord
+from tuned_rl.core.lock import exclusive_lock
 from tuned_rl.core.plugin_host import PluginHost
-from tuned_rl.profiles.loader import Profile
-from tuned_rl.measure.probes import ProbeError
 from tuned_rl.core.report import ChangeReport, Report, StepReport
-from tuned_rl.measure.targets import TargetError, target_from_table
 from tuned_rl.core.verify import StepVerdict, Verifier
+from tuned_rl.host import Host, TaskGone
+from tuned_rl.measure.probes import ProbeError
 from tuned_rl.measure.settings import VerifySettings
+from tuned_rl.measure.targets import TargetError, target_from_table
+from tuned_rl.profiles.loader import Profile
 
 Progress = Callable[[str], None]
 
@@ -35,14 +36,15 @@ class StepFailed(RuntimeError):
 
 
 class RestoredView(Host):
-    """The host as a rollback of ``records`` would leave it: for planning a dry run."""
+    """The host's files as a rollback of ``records`` would leave them: for planning a dry run."""
 
-    def __init__(self, host: Host, records: list[Record]):
+    def __init__(self, host: Host, records: list[StepRecord]):
         super().__init__(host.root)
         self._restored: dict[str, str] = {}
-        for record in records:  # oldest first: the first record of a file holds its original
-            if record.change.kind == "file":
-                self._restored.setdefault(record.change.target, record.change.before)
+        for change in (c for r in records for c in r.changes):  # oldest first: the first holds the original
+            path = change.handler.file(change)
+            if path is not None and isinstance(change.before, str):
+                self._restored.setdefault(path, change.before)
 
     def read(self, target: str) -> str:
         return self._restored[target] if target in self._restored else super().read(target)
@@ -60,13 +62,14 @@ class Agent:
     def dry_run(self, profile: Profile) -> Report:
         """The plan, with nothing written anywhere (no lock, no state directory)."""
         report = Report(profile.name, dry_run=True)
-        host = self.host
+        host, records = self.host, []
         if not self.journal.is_empty() and not self._is_stale():
-            applied = self.journal.applied()
+            applied, records = self.journal.applied(), self.journal.records()
             report.notes.append(f"profile {applied.profile if applied else '?'} is applied: apply would roll "
                                 "it back first; values below are those the rollback restores")
-            host = RestoredView(self.host, self.journal.records())
+            host = RestoredView(self.host, records)
         for step in self.plugins.plan(profile, host):
+            step = _with_originals(step, records)
             outcome = "skipped" if step.skip_reason else "planned" if step.pending_changes else "unchanged"
             report.steps.append(self._step_report(step, outcome, step.skip_reason or ""))
         return report
@@ -131,7 +134,7 @@ class Agent:
                   "applied_at": applied.started if applied else None,
                   "stale": self._is_stale(), "changes": []}
         for record in records:
-            report["changes"].append(self._record_status(record, report["stale"]))
+            report["changes"] += [self._change_status(record, change, report["stale"]) for change in record.changes]
         return report
 
     # -- one step -------------------------------------------------------------
@@ -142,92 +145,137 @@ class Agent:
             return self._step_report(step, "skipped", step.skip_reason)
         if not step.pending_changes:
             return self._step_report(step, "unchanged", "already set")
-        records: list[Record] = []
+        originals, gone = self._originals(step.pending_changes)
+        if not originals:
+            if gone:
+                return self._step_report(step, "skipped", "every task it would change has exited", [], _tasks(gone))
+            return self._step_report(step, "unchanged", "already set")
+        record = self.journal.add(StepRecord(0, self.host.boot_id(), self._plugin(step), step.title, index, originals))
+        pause_point("journaled")
+        gone_ids = {c.identity() for c in gone}
+
+        def set_all(changes: list[Change], value_of: Callable[[Change], object]) -> None:
+            for change in changes:
+                if change.identity() in gone_ids:
+                    continue
+                try:
+                    self._write_change(change, value_of(change))
+                except TaskGone:
+                    gone_ids.add(change.identity())
+                    gone.append(change)
+            self._run_follow_ups(changes)
 
         def apply() -> None:
-            if records:  # applied before, then reverted for an interleaved round
-                for record in records:
-                    self._write_change(record.change)
-                return
-            for change in step.pending_changes:
-                records.append(self._journal_change(index, step, change))
-                self._write_change(records[-1].change)
+            set_all(record.changes, lambda change: change.after)
 
         def revert() -> None:
-            for record in reversed(records):
-                self._write_change(dataclasses.replace(record.change, after=record.change.before))
+            set_all(list(reversed(record.changes)), lambda change: change.before)
 
         try:
             result = verifier.verify(label, apply, revert) if verifier else apply()
-        except (OSError, StepFailed, TaskGone) as err:
-            self._undo(records)
-            return self._step_report(step, "failed", f"{_describe_error(err)}; step reverted")
+        except (OSError, StepFailed, LookupError) as err:
+            left = [r for r in self._undo_record(record) if r["outcome"] == "failed"]
+            undone = "step reverted" if not left else (f"reverting it failed too: {left[0]['target']}: "
+                                                       f"{left[0]['reason']} (`tuned-rl rollback` retries)")
+            return self._step_report(step, "failed", f"{_describe_error(err)}; {undone}", None, _tasks(gone))
         except ProbeError as err:  # the change is in place; only its measurement failed
             result, unverified = None, f"not verified: the probe failed: {err}"
-        changes = [r.change for r in records]
+        changes = [c for c in record.changes if c.identity() not in gone_ids]
         if result is not None and not result.keep:
-            self._undo(records)
-            return self._verified_report(step, result, changes)
-        for record in records:
-            record.state = "done"
-            self.journal.save(record)
+            self._undo_record(record)
+            return self._verified_report(step, result, changes, _tasks(gone))
+        self.journal.mark(record, "done")
         if result is None:
-            return self._step_report(step, "applied", unverified or NOT_VERIFIED, changes)
-        return self._verified_report(step, result, changes)
+            return self._step_report(step, "applied", unverified or NOT_VERIFIED, changes, _tasks(gone))
+        return self._verified_report(step, result, changes, _tasks(gone))
 
-    def _verified_report(self, step: Step, result: StepVerdict, changes: list[Change]) -> StepReport:
+    def _originals(self, changes: list[Change]) -> tuple[list[Change], list[Change]]:
+        """The changes with ``before`` re-read now (the journal must hold the true original), and
+        those whose task has gone since planning. A value already as wanted is left out."""
+        originals, gone = [], []
+        for change in changes:
+            try:
+                current = change.read(self.host)
+            except TaskGone:
+                gone.append(change)
+                continue
+            if not change.holds(current, change.after):
+                originals.append(dataclasses.replace(change, before=current))
+        return originals, gone
+
+    def _verified_report(self, step: Step, result: StepVerdict, changes: list[Change], gone: int) -> StepReport:
         reason = result.verdict.reason + ("; baseline reused from the previous step" if result.reused_baseline else "")
         if result.outcome == "inconclusive":
             reason += "; kept (on_inconclusive = keep)"
-        report = self._step_report(step, result.outcome, reason, changes)
+        report = self._step_report(step, result.outcome, reason, changes, gone)
         report.before, report.after = result.figures()
         report.verdict = {"outcome": result.verdict.outcome, "p_value": result.verdict.p_value,
                           "ratio": None if result.verdict.ratio == float("inf") else float(f"{result.verdict.ratio:.4g}")}
         report.reused_baseline, report.rounds = result.reused_baseline, result.rounds or None
         return report
 
-    def _journal_change(self, index: int, step: Step, change: Change) -> Record:
-        # The journal must hold the true original, even if it moved since planning.
-        change = dataclasses.replace(change, before=change.read(self.host))
-        record = self.journal.add(Record(0, self.host.boot_id(), self._plugin(step), step.title, index, change))
-        pause_point("journaled")
-        return record
-
-    def _write_change(self, change: Change) -> None:
+    def _write_change(self, change: Change, value) -> None:
         try:
-            change.write(self.host, change.after)
+            change.write(self.host, value)
         except OSError as err:
-            raise StepFailed(f"{change.label()}: the kernel refused {change.after!r}: {err.strerror}") from err
+            if isinstance(err, ProcessLookupError):
+                raise TaskGone(f"{change.label()}: the task has exited") from err
+            raise StepFailed(f"{change.label()}: the kernel refused {change.handler.show(value)!r}: "
+                             f"{err.strerror or err}") from err
         pause_point("written")
         now = change.read(self.host)
-        if now != change.after:
-            raise StepFailed(f"{change.label()}: wrote {change.after!r} but it reads back {now!r}")
+        if not change.holds(now, value):
+            raise StepFailed(f"{change.label()}: wrote {change.handler.show(value)!r} but it reads back "
+                             f"{change.handler.show(now)!r}")
+
+    def _run_follow_ups(self, changes: list[Change]) -> None:
+        for action in dict.fromkeys(c.follow_up for c in changes if c.follow_up):
+            try:
+                self.host.run_action(action)
+            except OSError as err:
+                raise StepFailed(f"follow-up {action} failed: {_describe_error(err)}") from err
 
     # -- undo -----------------------------------------------------------------
 
-    def _undo(self, records: list[Record]) -> list[dict]:
-        """Restore each record's original value, newest first, dropping it once restored."""
-        results = []
-        for record in reversed(records):
-            results.append(self._undo_one(record))
-            if results[-1]["outcome"] != "failed":
-                self.journal.remove(record)
+    def _undo(self, records: list[StepRecord]) -> list[dict]:
+        """Restore every record, newest first; each record is dropped once all of it is restored."""
+        return [result for record in reversed(records) for result in self._undo_record(record)]
+
+    def _undo_record(self, record: StepRecord) -> list[dict]:
+        results, failed, touched = [], set(), []
+        for change in reversed(record.changes):
+            results.append(self._undo_one(record, change))
+            if results[-1]["outcome"] == "failed":
+                failed.add(change.identity())
+            elif results[-1]["outcome"] != "gone":
+                touched.append(change)
+        try:
+            self._run_follow_ups(touched)
+        except StepFailed as err:  # keep the record: the next rollback runs the action again
+            results.append({"plugin": record.plugin, "step": record.step, "target": "follow-up action",
+                            "before": None, "after": None, "outcome": "failed", "reason": str(err)})
+            return results
+        if failed:
+            self.journal.replace(record, [c for c in record.changes if c.identity() in failed])
+        else:
+            self.journal.remove(record)
         return results
 
-    def _undo_one(self, record: Record) -> dict:
-        change = record.change
+    def _undo_one(self, record: StepRecord, change: Change) -> dict:
+        show = change.handler.show
         result = {"plugin": record.plugin, "step": record.step, "target": change.label(),
-                  "before": None, "after": change.before}
+                  "before": None, "after": show(change.before)}
         try:
-            result["before"] = current = change.read(self.host)
-            if current != change.before:
+            current = change.read(self.host)
+            result["before"] = show(current)
+            if not change.holds(current, change.before):
                 change.write(self.host, change.before)
                 pause_point("restored")
-                if change.read(self.host) != change.before:
-                    raise StepFailed(f"{change.label()} does not read back {change.before!r}")
-            result["outcome"] = "restored" if current != change.before else "unchanged"
-        except TaskGone as err:
-            result.update(outcome="gone", reason=str(err))
+                if not change.holds(change.read(self.host), change.before):
+                    raise StepFailed(f"{change.label()} does not read back {show(change.before)!r}")
+            result["outcome"] = "unchanged" if change.holds(current, change.before) else "restored"
+        except (TaskGone, ProcessLookupError) as err:
+            result.update(outcome="gone", reason=str(err) or "the task has exited")
         except (OSError, StepFailed, LookupError) as err:
             result.update(outcome="failed", reason=_describe_error(err))
         return result
@@ -256,39 +304,65 @@ class Agent:
 
     def _move_stale(self) -> dict:
         records = self.journal.records()
-        return {"records": len(records), "boot_ids": sorted({r.boot_id for r in records}),
+        return {"records": sum(len(r.changes) for r in records), "boot_ids": sorted({r.boot_id for r in records}),
                 "kept_in": str(self.journal.move_aside())}
 
-    def _record_status(self, record: Record, stale: bool) -> dict:
-        change = record.change
+    def _change_status(self, record: StepRecord, change: Change, stale: bool) -> dict:
+        show = change.handler.show
         row = {"plugin": record.plugin, "step": record.step, "target": change.label(),
-               "before": change.before, "after": change.after, "current": None}
+               "before": show(change.before), "after": show(change.after), "current": None}
         if stale:
             return {**row, "state": "stale"}
         try:
-            row["current"] = change.read(self.host)
+            current = change.read(self.host)
         except TaskGone:
             return {**row, "state": "gone"}
         except (OSError, LookupError) as err:
             return {**row, "state": "unreadable", "reason": _describe_error(err)}
+        row["current"] = show(current)
         if record.state != "done":
             return {**row, "state": "interrupted"}
-        return {**row, "state": "holds" if row["current"] == change.after else "drifted"}
+        return {**row, "state": "holds" if change.holds(current, change.after) else "drifted"}
 
     def _check_writable(self, steps: list[Step]) -> None:
         for step in steps:
             for change in step.pending_changes:
-                if change.kind == "file" and not self.host.writable(change.target):
-                    raise HostError(f"cannot write {change.target} (not root?); nothing was changed; "
+                path = change.handler.file(change)
+                if path is None:
+                    continue
+                where = path
+                while not self.host.exists(where) and where != "/":  # created by an earlier change
+                    where = os.path.dirname(where)
+                if not self.host.writable(where):
+                    raise HostError(f"cannot write {path} (not root?); nothing was changed; "
                                     "`tuned-rl apply --dry-run` shows the plan without root")
 
     def _plugin(self, step: Step) -> str:
         return self.plugins.owners.get(step.table, step.table)
 
-    def _step_report(self, step: Step, outcome: str, reason: str, changes: list[Change] | None = None) -> StepReport:
+    def _step_report(self, step: Step, outcome: str, reason: str, changes: list[Change] | None = None,
+                     gone: int = 0) -> StepReport:
         shown = changes if changes is not None else (step.pending_changes or step.changes)
         return StepReport(self._plugin(step), step.title,
-                          [ChangeReport(c.label(), c.before, c.after) for c in shown], outcome, reason)
+                          [ChangeReport(c.label(), c.handler.show(c.before), c.handler.show(c.after)) for c in shown],
+                          outcome, reason, phase=self.plugins.phase_of(step.table), gone=gone, notes=list(step.notes))
+
+
+def _tasks(changes: list[Change]) -> int:
+    """How many distinct tasks ``changes`` are about."""
+    return len({(c.task.pid, c.task.start_time) for c in changes if c.task is not None})
+
+
+def _with_originals(step: Step, records: list[StepRecord]) -> Step:
+    """``step`` with each change's ``before`` replaced by the original the journal holds for it."""
+    originals: dict[tuple, object] = {}
+    for change in (c for r in records for c in r.changes):
+        originals.setdefault(change.identity(), change.before)
+    if not originals:
+        return step
+    changes = [dataclasses.replace(c, before=originals[c.identity()]) if c.identity() in originals else c
+               for c in step.changes]
+    return dataclasses.replace(step, changes=changes)
 
 
 def _describe_error(err: Exception) -> str:

@@ -4,69 +4,90 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tuned_rl.core.kinds import Kind, Value, kind_named
 from tuned_rl.host import Host, Task
-
-# A change's kind says which host attribute ``target`` names and how values read:
-#   file      target is a host path; values are the file's content
-#   sched     target is the task; values are "SCHED_FIFO:50"
-#   affinity  target is the task; values are CPU lists "0-3"
-#   cgroup    target is the hierarchy's mount point; values are cgroup paths "/rl"
-KINDS = ("file", "sched", "affinity", "cgroup")
+from tuned_rl.host.host import ACTIONS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Change:
-    """One value to change: the same record plans it, journals it and undoes it."""
+    """One value to change: the same record plans it, journals it and undoes it.
+
+    ``kind`` names a registered kind (tuned_rl.core.kinds), which says what ``target``
+    is and how values read, write and compare. ``task`` is set for kinds that change a
+    task's attribute. ``follow_up`` names an action (``ACTIONS``) run once after the
+    step that holds this change is written, and again after it is undone.
+    """
 
     kind: str
     target: str
-    before: str
-    after: str
+    before: Value
+    after: Value
     task: Task | None = None
+    follow_up: str | None = None
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown change kind {self.kind!r}")
-        if (self.kind == "file") != (self.task is None):
-            raise ValueError(f"a {self.kind} change {'needs' if self.task is None else 'takes no'} task")
+        handler = kind_named(self.kind)
+        if handler.task != (self.task is not None):
+            raise ValueError(f"a {self.kind} change {'needs' if handler.task else 'takes no'} task")
+        if self.follow_up is not None and self.follow_up not in ACTIONS:
+            raise ValueError(f"unknown follow-up action {self.follow_up!r} (known: {', '.join(ACTIONS)})")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Change) and self.to_dict() == other.to_dict()
+
+    @property
+    def handler(self) -> Kind:
+        return kind_named(self.kind)
+
+    @property
+    def pending(self) -> bool:
+        """The host does not hold ``after`` yet."""
+        return not self.handler.same(self.before, self.after)
 
     def label(self) -> str:
         """What the report shows as the change's target."""
-        if self.task is None:
-            return self.target
-        where = f" in {self.target}" if self.kind == "cgroup" else ""
-        return f"{self.task.label()} {self.kind}{where}"
+        return self.handler.label(self)
 
-    def read(self, host: Host) -> str:
+    def read(self, host: Host) -> Value:
         """The value the host holds now (raises TaskGone for a vanished task)."""
-        if self.kind == "file":
-            return host.read(self.target)
-        if self.kind == "sched":
-            return host.get_sched(self.task)
-        if self.kind == "affinity":
-            return host.get_affinity(self.task)
-        return host.get_cgroup(self.task, self.target)
+        return self.handler.read(host, self)
 
-    def write(self, host: Host, value: str) -> None:
-        if self.kind == "file":
-            host.write(self.target, value)
-        elif self.kind == "sched":
-            host.set_sched(self.task, value)
-        elif self.kind == "affinity":
-            host.set_affinity(self.task, value)
-        else:
-            host.set_cgroup(self.task, self.target, value)
+    def write(self, host: Host, value: Value) -> None:
+        self.handler.write(host, self, value)
+
+    def holds(self, value: Value, wanted: Value) -> bool:
+        return self.handler.same(value, wanted)
+
+    def identity(self) -> tuple:
+        """Which host value this change is about, whatever its values."""
+        task = (self.task.pid, self.task.start_time) if self.task else None
+        return (self.kind, self.target, task)
 
     def to_dict(self) -> dict:
         data = {"kind": self.kind, "target": self.target, "before": self.before, "after": self.after}
         if self.task is not None:
             data["task"] = {"pid": self.task.pid, "start_time": self.task.start_time, "comm": self.task.comm}
+        if self.follow_up is not None:
+            data["follow_up"] = self.follow_up
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Change":
-        task = Task(**data["task"]) if data.get("task") else None
-        return cls(data["kind"], data["target"], data["before"], data["after"], task)
+        """A change read back from the journal; raises ValueError if it is not one tuned-rl could have written."""
+        if not isinstance(data, dict) or not {"kind", "target", "before", "after"} <= set(data):
+            raise ValueError(f"not a change record: {data!r}"[:200])
+        task = data.get("task")
+        if task is not None:
+            if not (isinstance(task, dict) and isinstance(task.get("pid"), int) and task["pid"] > 0
+                    and isinstance(task.get("start_time"), int) and isinstance(task.get("comm", ""), str)):
+                raise ValueError(f"not a task: {task!r}"[:200])
+            task = Task(task["pid"], task["start_time"], task.get("comm", ""))
+        change = cls(data["kind"], data["target"], data["before"], data["after"], task, data.get("follow_up"))
+        problems = change.handler.check(change)
+        if problems:
+            raise ValueError(f"{change.kind} change of {data['target']!r}: {'; '.join(problems)}")
+        return change
 
 
 @dataclass
@@ -74,14 +95,16 @@ class Step:
     """One tuning step a plugin plans: changes kept or reverted together.
 
     ``skip_reason`` set means the step cannot apply on this host (and has no changes).
-    Changes are applied in order and undone in reverse order.
+    Changes are applied in order and undone in reverse order. ``notes`` are said in
+    the report beside the step (an IRQ the kernel will not move; a task spared).
     """
 
     table: str
     title: str
     changes: list[Change] = field(default_factory=list)
     skip_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def pending_changes(self) -> list[Change]:
-        return [c for c in self.changes if c.before != c.after]
+        return [c for c in self.changes if c.pending]

@@ -1,47 +1,47 @@
-"""The durable undo journal and the lock that lets one agent at a time change the host.
+"""The durable undo journal: one file per step, on disk before the step's first write.
 
 Layout of the state directory::
 
-    lock                 flock()ed by a running apply/rollback; holds its pid
-    journal/applied.json the profile being applied (name, path, boot id, time)
-    journal/NNNNNN.json  one undo record per change, written before the change
-    stale/<time>/        journals from an earlier boot, moved aside and kept for reading
+    lock                  flock()ed by a running apply/rollback; holds its pid (core/lock.py)
+    journal/applied.json  the profile being applied (name, path, boot id, time)
+    journal/NNNNNN.jsonl  one step's undo records: a header line, a line per change,
+                          then a line for each later state ("done")
+    stale/<time>/         journals from an earlier boot, moved aside and kept for reading
+
+A step's file is written whole (temporary file, fsync, rename, fsync of the
+directory) before the step writes anything, so one fsync covers all its changes
+however many tasks it touches; a state line is appended (fdatasync) when the step
+is kept. A crash half-way through a step leaves every change's original value on
+disk: rollback writes back those that were written and finds the others unchanged.
+Records of format 1 (one ``NNNNNN.json`` per change, tuned-rl 0.1) are still read.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import time
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tuned_rl.core.changes import Change
+from tuned_rl.core.kinds import UnknownKind
 
 DEFAULT_STATE_DIR = "/var/lib/tuned-rl"
+FORMAT = 2
+STATES = ("journaled", "done")
 
 
-class LockHeld(RuntimeError):
-    """Another tuned-rl holds the state directory's lock."""
-
-    def __init__(self, pid: str, path: Path):
-        super().__init__(f"another tuned-rl (pid {pid or 'unknown'}) is changing this host; lock: {path}")
-        self.pid = pid
-
-
-class StateDirError(RuntimeError):
-    """The state directory cannot be created or written."""
+class JournalError(RuntimeError):
+    """A journal file that cannot be read or trusted; names the file."""
 
 
 @dataclass
-class Record:
-    """The undo record of one change: enough to restore ``change.before`` after a crash.
+class StepRecord:
+    """The undo records of one step: enough to restore each change's ``before`` after a crash.
 
-    ``state`` is "journaled" from before the write until the whole step has been
-    written and read back, then "done"; rollback restores both alike.
+    ``state`` is "journaled" from before the step's first write until it has been
+    written, read back and kept, then "done"; rollback restores both alike.
     """
 
     seq: int
@@ -49,17 +49,13 @@ class Record:
     plugin: str
     step: str
     step_index: int
-    change: Change
+    changes: list[Change]
     state: str = "journaled"
+    path: Path | None = field(default=None, compare=False)  # where it is on disk
 
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["change"] = self.change.to_dict()
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "Record":
-        return cls(**{**data, "change": Change.from_dict(data["change"])})
+    def header(self) -> dict:
+        return {"format": FORMAT, "seq": self.seq, "boot_id": self.boot_id, "plugin": self.plugin,
+                "step": self.step, "step_index": self.step_index}
 
 
 @dataclass
@@ -73,42 +69,67 @@ class Applied:
 
 
 class Journal:
-    """Undo records in ``<state_dir>/journal``, each written durably (fsync, rename)."""
+    """Step records in ``<state_dir>/journal``."""
 
     def __init__(self, state_dir: str | os.PathLike):
         self.state_dir = Path(state_dir)
         self.directory = self.state_dir / "journal"
+        self._next_seq: int | None = None
 
     def applied(self) -> Applied | None:
         path = self.directory / "applied.json"
-        return Applied(**json.loads(path.read_text())) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            return Applied(**json.loads(path.read_text()))
+        except (ValueError, TypeError) as err:
+            raise JournalError(f"{path}: not a tuned-rl journal file: {err}") from err
 
-    def records(self) -> list[Record]:
+    def records(self) -> list[StepRecord]:
+        """Every step record, oldest first; raises JournalError for one that cannot be trusted."""
         if not self.directory.is_dir():
             return []
-        files = sorted(p for p in self.directory.glob("[0-9]*.json"))
-        return [Record.from_dict(json.loads(p.read_text())) for p in files]
+        paths = [p for p in self.directory.iterdir() if p.name[:1].isdigit() and p.suffix in (".json", ".jsonl")]
+        return sorted((_read_record(p) for p in paths), key=lambda r: r.seq)
 
     def is_empty(self) -> bool:
         return self.applied() is None and not self.records()
 
     def begin(self, applied: Applied) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        _write_durably(self.directory / "applied.json", asdict(applied))
+        _write_durably(self.directory / "applied.json", json.dumps(asdict(applied), indent=1, sort_keys=True))
 
-    def add(self, record: Record) -> Record:
-        """Assign the next sequence number and write the record durably."""
+    def add(self, record: StepRecord) -> StepRecord:
+        """Assign the next sequence number and write the whole record durably."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        numbers = [int(p.stem) for p in self.directory.glob("[0-9]*.json")]
-        record.seq = max(numbers, default=0) + 1
-        self.save(record)
+        if self._next_seq is None:
+            self._next_seq = max((r.seq for r in self.records()), default=0) + 1
+        record.seq, self._next_seq = self._next_seq, self._next_seq + 1
+        record.path = self.directory / f"{record.seq:06d}.jsonl"
+        _write_durably(record.path, _lines(record))
         return record
 
-    def save(self, record: Record) -> None:
-        _write_durably(self._record_path(record), record.to_dict())
+    def mark(self, record: StepRecord, state: str) -> None:
+        """Append a state line (one fdatasync)."""
+        fd = os.open(record.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        try:
+            os.write(fd, (json.dumps({"state": state}) + "\n").encode())
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        record.state = state
 
-    def remove(self, record: Record) -> None:
-        self._record_path(record).unlink(missing_ok=True)
+    def replace(self, record: StepRecord, changes: list[Change]) -> None:
+        """Keep only ``changes`` of a record (those a rollback could not restore yet)."""
+        record.changes = changes
+        target = self.directory / f"{record.seq:06d}.jsonl"
+        _write_durably(target, _lines(record))
+        if record.path != target:
+            record.path.unlink(missing_ok=True)  # a format-1 record, now rewritten
+        record.path = target
+
+    def remove(self, record: StepRecord) -> None:
+        record.path.unlink(missing_ok=True)
         _fsync_dir(self.directory)
 
     def finish(self) -> None:
@@ -122,55 +143,81 @@ class Journal:
         target = self.state_dir / "stale" / time.strftime("%Y%m%dT%H%M%S")
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(self.directory, target)
+        self._next_seq = None
         return target
 
-    def _record_path(self, record: Record) -> Path:
-        return self.directory / f"{record.seq:06d}.json"
+
+def _lines(record: StepRecord) -> str:
+    lines = [record.header(), *({"change": c.to_dict()} for c in record.changes)]
+    if record.state != "journaled":
+        lines.append({"state": record.state})
+    return "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
 
 
-@contextmanager
-def exclusive_lock(state_dir: str | os.PathLike):
-    """Hold ``<state_dir>/lock`` or raise LockHeld at once, naming the holder's pid."""
-    state_dir = Path(state_dir)
-    path = state_dir / "lock"
+def _read_record(path: Path) -> StepRecord:
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise StateDirError(f"cannot use the state directory {state_dir}: {err.strerror} (not root? "
-                            "--state-dir moves it); nothing was changed") from err
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            raise LockHeld(_holder_pid(fd), path) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-        os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)  # closing releases the flock
+        text = path.read_text()
+        record = _parse_v1(json.loads(text)) if path.suffix == ".json" else _parse_v2(text)
+    except (OSError, ValueError, TypeError, KeyError, UnknownKind) as err:
+        raise JournalError(f"{path}: cannot be read as a tuned-rl journal record: {err}") from err
+    if path.suffix == ".jsonl" and f"{record.seq:06d}" != path.stem:
+        raise JournalError(f"{path}: its header names step {record.seq}")
+    record.path = path
+    return record
 
 
-def _holder_pid(fd: int) -> str:
-    # The holder writes its pid just after it takes the lock: give it a moment.
-    for _ in range(20):
-        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        if pid:
-            return pid
-        time.sleep(0.01)
-    return ""
+def _parse_v2(text: str) -> StepRecord:
+    rows = text.split("\n")
+    if rows and rows[-1] == "":
+        rows.pop()
+    elif rows:
+        rows.pop()  # a line torn by a crash while it was appended: its state never took effect
+    if not rows:
+        raise ValueError("empty")
+    header = json.loads(rows[0])
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ValueError(f"format {header.get('format') if isinstance(header, dict) else '?'!r} is not {FORMAT}")
+    record = StepRecord(_int(header["seq"]), _str(header["boot_id"]), _str(header["plugin"]), _str(header["step"]),
+                        _int(header["step_index"]), [])
+    for row in map(json.loads, rows[1:]):
+        if isinstance(row, dict) and set(row) == {"change"}:
+            record.changes.append(Change.from_dict(row["change"]))
+        elif isinstance(row, dict) and set(row) == {"state"} and row["state"] in STATES:
+            record.state = row["state"]
+        else:
+            raise ValueError(f"unexpected line {row!r}"[:200])
+    return record
 
 
-def _write_durably(path: Path, data: dict) -> None:
+def _parse_v1(data: dict) -> StepRecord:
+    if data.get("state") not in STATES:
+        raise ValueError(f"unknown state {data.get('state')!r}")
+    return StepRecord(_int(data["seq"]), _str(data["boot_id"]), _str(data["plugin"]), _str(data["step"]),
+                      _int(data["step_index"]), [Change.from_dict(data["change"])], data["state"])
+
+
+def _int(value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def _str(value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not text")
+    return value
+
+
+def _write_durably(path: Path, text: str) -> None:
     """Write, fsync, rename over ``path``, fsync the directory: all or nothing on disk."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 

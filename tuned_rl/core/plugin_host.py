@@ -9,6 +9,8 @@ import pluggy
 
 from tuned_rl import hookspec
 from tuned_rl.core.changes import Step
+from tuned_rl.core.kinds import register_kind
+from tuned_rl.core.phases import PHASES, phase_rank
 from tuned_rl.host import Host
 from tuned_rl.profiles.loader import PROFILE_TABLE, Profile
 from tuned_rl.profiles.schema import Problem, Table
@@ -36,23 +38,26 @@ class PluginHost:
     owners: dict[str, str] = field(default_factory=dict)  # table -> plugin name
     failures: list[LoadFailure] = field(default_factory=list)
 
-    def plugin_tables(self) -> dict[str, list[str]]:
+    def plugin_tables(self) -> dict[str, list[Table]]:
         """Plugin name -> the tables it owns, for ``tuned-rl plugins``."""
-        listing: dict[str, list[str]] = {name: [] for name, _ in self.manager.list_name_plugin()}
+        listing: dict[str, list[Table]] = {name: [] for name, _ in self.manager.list_name_plugin()}
         for table, owner in self.owners.items():
-            listing[owner].append(table)
+            listing[owner].append(self.tables[table])
         return listing
+
+    def phase_of(self, table: str) -> str | None:
+        return self.tables[table].phase if table in self.tables else None
 
     def validate(self, profile: Profile, host: Host) -> list[str]:
         """Every problem of ``profile``, as "file: key: message"; [] if it is usable."""
-        problems = PROFILE_TABLE.check(profile.tables.get("profile", {}))
+        problems = PROFILE_TABLE.check(profile.tables.get("profile", {}), host)
         for name, values in profile.tables.items():
             if name == "profile":
                 continue
             if name in CORE_TABLES:
-                problems += CORE_TABLES[name].check(values)
+                problems += CORE_TABLES[name].check(values, host)
             elif name in self.tables:
-                problems += self.tables[name].check(values)
+                problems += self.tables[name].check(values, host)
             else:
                 problems.append(Problem(name, self._unknown_table(name)))
         if not problems and "target" in profile.tables:
@@ -63,10 +68,11 @@ class PluginHost:
         return [profile.describe(p) for p in problems]
 
     def plan(self, profile: Profile, host: Host) -> list[Step]:
-        """All plugins' steps, ordered as their tables appear in the profile."""
+        """All plugins' steps in phase order; within a phase, as their tables appear in the profile."""
         steps = [s for found in self.manager.hook.tuned_rl_plan(profile=profile, host=host) for s in found or []]
         order = {name: index for index, name in enumerate(profile.tables)}
-        return sorted(steps, key=lambda step: order.get(step.table, len(order)))
+        return sorted(steps, key=lambda step: (phase_rank(self.phase_of(step.table)),
+                                               order.get(step.table, len(order))))
 
     def _unknown_table(self, name: str) -> str:
         message = f"unknown table [{name}] (known: {', '.join(sorted(self.tables)) or 'none'})"
@@ -77,8 +83,9 @@ class PluginHost:
 def load_plugins(extra: tuple = ()) -> PluginHost:
     """Register every ``tuned_rl`` entry point (and ``extra`` (name, module) pairs).
 
-    A plugin that fails to import, or declares a table another plugin owns, is
-    recorded in ``failures`` and left out; the others still load.
+    A plugin that fails to import, declares a table another plugin owns or a table
+    without a known phase, or a change kind another plugin registered, is recorded
+    in ``failures`` and left out; the others still load.
     """
     manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
     manager.add_hookspecs(hookspec)
@@ -102,7 +109,12 @@ def _register(plugin_host: PluginHost, name: str, plugin) -> None:
     try:
         manager.register(plugin, name=name)
         manager.check_pending()  # a misspelled hook name fails here, loudly
-        tables = _tables_of(manager, name)
+        tables = _own_results(manager, name, "tuned_rl_tables")
+        kinds = _own_results(manager, name, "tuned_rl_change_kinds")
+        for table in tables:
+            if table.phase not in PHASES:
+                raise ValueError(f"table [{table.name}] declares phase {table.phase!r}; "
+                                 f"one of {', '.join(PHASES)} is needed")
     except Exception as err:
         if manager.is_registered(plugin):
             manager.unregister(plugin)
@@ -113,13 +125,19 @@ def _register(plugin_host: PluginHost, name: str, plugin) -> None:
         manager.unregister(plugin)
         plugin_host.failures.append(LoadFailure(name, f"table [{clash[0]}] is already owned"))
         return
+    try:
+        for kind in kinds:
+            register_kind(kind)
+    except ValueError as err:
+        manager.unregister(plugin)
+        plugin_host.failures.append(LoadFailure(name, str(err)))
+        return
     for table in tables:
         plugin_host.tables[table.name] = table
         plugin_host.owners[table.name] = name
 
 
-def _tables_of(manager: pluggy.PluginManager, name: str) -> list[Table]:
-    caller = manager.subset_hook_caller(
-        "tuned_rl_tables", remove_plugins=[p for n, p in manager.list_name_plugin() if n != name]
-    )
-    return [t for found in caller() for t in found or []]
+def _own_results(manager: pluggy.PluginManager, name: str, hook: str) -> list:
+    """What plugin ``name`` alone returns from a hook that takes no arguments."""
+    caller = manager.subset_hook_caller(hook, remove_plugins=[p for n, p in manager.list_name_plugin() if n != name])
+    return [item for found in caller() for item in found or []]

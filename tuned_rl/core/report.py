@@ -10,11 +10,14 @@ from tuned_rl.measure.stats import format_us
 OUTCOMES = ("planned", "unchanged", "applied", "kept", "reverted", "failed", "skipped", "inconclusive")
 
 
+SHOWN_CHANGES = 12  # a step over many tasks lists this many changes in the table; JSON lists all
+
+
 @dataclass
 class ChangeReport:
     target: str
-    before: str
-    after: str
+    before: str | None  # None: absent
+    after: str | None
 
     def to_dict(self) -> dict:
         return {"target": self.target, "before": self.before, "after": self.after}
@@ -32,11 +35,18 @@ class StepReport:
     verdict: dict | None = None  # the judge's p-value and ratio
     reused_baseline: bool = False  # "before" is the previous step's measurement
     rounds: list[dict] | None = None  # each round's figures, with [verify] rounds > 1
+    phase: str | None = None  # when the step runs (tuned_rl.core.phases)
+    gone: int = 0  # tasks that exited (or whose pid was reused) before they could be changed
+    notes: list[str] = field(default_factory=list)  # what the plugin says beside the step
 
     def to_dict(self) -> dict:
-        data = {"plugin": self.plugin, "step": self.step,
+        data = {"plugin": self.plugin, "step": self.step, "phase": self.phase,
                 "changes": [c.to_dict() for c in self.changes],
                 "outcome": self.outcome, "reason": self.reason}
+        if self.gone:
+            data["gone"] = self.gone
+        if self.notes:
+            data["notes"] = self.notes
         if self.before is not None:
             data.update(before=self.before, after=self.after, verdict=self.verdict,
                         reused_baseline=self.reused_baseline)
@@ -63,15 +73,21 @@ class Report:
         title = f"profile {self.profile}" + (" (dry run: nothing was changed)" if self.dry_run else "")
         lines = [title, *(f"  note: {n}" for n in self.notes)]
         lines += format_table(
-            ("STEP", "OUTCOME", "CHANGE"),
+            ("PHASE", "STEP", "OUTCOME", "CHANGE"),
             [row for step in self.steps for row in _step_rows(step)],
         )
         return "\n".join(lines)
 
 
-def _step_rows(step: StepReport) -> list[tuple[str, str, str]]:
+def _step_rows(step: StepReport) -> list[tuple[str, str, str, str]]:
+    return [((step.phase or "") if i == 0 else "", *row) for i, row in enumerate(_rows_of(step))]
+
+
+def _rows_of(step: StepReport) -> list[tuple[str, str, str]]:
     name = f"{step.plugin}: {step.step}"
-    changes = [f"{c.target}: {c.before} -> {c.after}" for c in step.changes]
+    changes = [f"{c.target}: {_value(c.before)} -> {_value(c.after)}" for c in step.changes[:SHOWN_CHANGES]]
+    if len(step.changes) > SHOWN_CHANGES:
+        changes.append(f"... and {len(step.changes) - SHOWN_CHANGES} more (--json lists every change)")
     rows = [(name if i == 0 else "", step.outcome if i == 0 else "", text) for i, text in enumerate(changes)]
     if not rows:
         rows = [(name, step.outcome, "")]
@@ -79,12 +95,22 @@ def _step_rows(step: StepReport) -> list[tuple[str, str, str]]:
         b, a = step.before, step.after
         rows.append(("", "", f"latency p99 {format_us(b['p99_us'])} -> {format_us(a['p99_us'])}, p999 "
                              f"{format_us(b['p999_us'])} -> {format_us(a['p999_us'])} (n {b['n']} / {a['n']})"))
+    if step.gone:
+        rows.append(("", "", f"({step.gone} tasks exited before they were changed)"))
+    rows += [("", "", f"note: {note}") for note in step.notes]
     if step.reason:
         rows.append(("", "", f"({step.reason})"))
     for figures in step.rounds or []:
         rows.append(("", "", f"round {figures['round']}: p999 {format_us(figures['before']['p999_us'])} -> "
                              f"{format_us(figures['after']['p999_us'])}"))
     return rows
+
+
+def _value(value: str | None) -> str:
+    if value is None:
+        return "(absent)"
+    first, _, rest = value.partition("\n")
+    return first.replace("\t", " ") + (" ..." if rest.strip() else "")  # one table row per change
 
 
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
