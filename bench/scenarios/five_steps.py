@@ -12,25 +12,24 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import apply_profile, lab_plugin_path, rollback  # noqa: E402
+from lab import apply_profile, rollback  # noqa: E402
 
 SYSCTLS = ["vm/swappiness", "vm/dirty_ratio", "vm/dirty_background_ratio", "vm/vfs_cache_pressure",
            "kernel/sched_rr_timeslice_ms"]
 
 
-def run(state_dir: Path, plugin_path: str) -> tuple[dict, float, bool]:
+def run(state_dir: Path) -> tuple[dict, float, bool]:
     original = {s: Path(f"/proc/sys/{s}").read_text().strip() for s in SYSCTLS}
-    steps = ", ".join(f'"/proc/sys/{s}={int(v) + 1}"' for s, v in original.items())
-    report, seconds = apply_profile(f"[target]\ncanary = true\n\n[lab_write]\nsteps = [{steps}]\n",
-                                    state_dir, plugin_path)
+    keys = "".join(f'"{s}" = {int(v) + 1}\n' for s, v in original.items())
+    report, seconds = apply_profile(f"[target]\ncanary = true\n\n[sysctl]\n{keys}", state_dir)
     rollback(state_dir)
     restored = {s: Path(f"/proc/sys/{s}").read_text().strip() for s in SYSCTLS} == original
     return report, seconds, restored
 
 
 if __name__ == "__main__":
-    with lab_plugin_path() as plugin_path, tempfile.TemporaryDirectory() as state:
-        report, seconds, restored = run(Path(state), plugin_path)
+    with tempfile.TemporaryDirectory() as state:
+        report, seconds, restored = run(Path(state))
     for step in report["steps"]:
         print(f"{step['step']:<45} {step['outcome']:<13} reused baseline: {step.get('reused_baseline')}")
     print(f"five steps in {seconds:.1f} s; host restored: {restored}")

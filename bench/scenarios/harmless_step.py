@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import HEADER, Outcome, apply_profile, lab_plugin_path, outcome_of, rollback  # noqa: E402
+from lab import HEADER, Outcome, apply_profile, outcome_of, rollback  # noqa: E402
 
 SWAPPINESS = Path("/proc/sys/vm/swappiness")
 PROFILE = """\
@@ -27,17 +27,15 @@ canary = true
 [verify]
 rounds = {rounds}
 
-[lab_write]
-path = "/proc/sys/vm/swappiness"
-value = "{value}"
-title = "nudge vm.swappiness by one"
+[sysctl]
+"vm.swappiness" = {value}
 """
 
 
-def run(state_dir: Path, plugin_path: str, rounds: int = 1) -> Outcome:
+def run(state_dir: Path, rounds: int = 1) -> Outcome:
     original = SWAPPINESS.read_text().strip()
     value = str(int(original) + 1 if int(original) < 200 else int(original) - 1)
-    report, seconds = apply_profile(PROFILE.format(value=value, rounds=rounds), state_dir, plugin_path)
+    report, seconds = apply_profile(PROFILE.format(value=value, rounds=rounds), state_dir)
     rollback(state_dir)
     return outcome_of("harmless step", report, seconds, SWAPPINESS.read_text().strip() == original)
 
@@ -49,12 +47,11 @@ def main() -> None:
     args = parser.parse_args()
     print(HEADER, flush=True)
     decisions = []
-    with lab_plugin_path() as plugin_path:
-        for _ in range(args.runs):
-            with tempfile.TemporaryDirectory() as state:
-                result = run(Path(state), plugin_path, args.rounds)
-            decisions.append(result.decision)
-            print(result.row(), flush=True)
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as state:
+            result = run(Path(state), args.rounds)
+        decisions.append(result.decision)
+        print(result.row(), flush=True)
     print(f"kept in {decisions.count('kept')} of {args.runs} runs (rounds = {args.rounds}); "
           f"decisions: {', '.join(sorted(set(decisions)))}")
 

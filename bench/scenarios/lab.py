@@ -1,10 +1,9 @@
-"""The scenario lab's shared pieces: cgroups, load, the lab plugin, and running `tuned-rl apply`."""
+"""The scenario lab's shared pieces: cgroups, load, and running `tuned-rl apply`."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,33 +39,6 @@ class Outcome:
 
 
 HEADER = f"{'scenario':<16} {'before p999':>11} {'after p999':>11} {'decision':<13} {'time':>8}  restored"
-
-
-@contextmanager
-def lab_plugin_path():
-    """Install the lab plugin as its own distribution; yields a PYTHONPATH entry."""
-    work = Path(tempfile.mkdtemp(prefix="tuned-rl-lab-"))
-    try:
-        source = work / "src"
-        source.mkdir()
-        shutil.copy(HERE / "lab_plugin.py", source / "tuned_rl_lab_plugin.py")
-        (source / "pyproject.toml").write_text(textwrap.dedent("""\
-            [build-system]
-            requires = ["setuptools"]
-            build-backend = "setuptools.build_meta"
-            [project]
-            name = "tuned-rl-lab-plugin"
-            version = "0"
-            [tool.setuptools]
-            py-modules = ["tuned_rl_lab_plugin"]
-            [project.entry-points.tuned_rl]
-            lab_write = "tuned_rl_lab_plugin"
-            """))
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                        "--no-build-isolation", "--target", str(work / "site"), str(source)], check=True)
-        yield str(work / "site")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 @contextmanager
@@ -123,15 +95,13 @@ def duty_command(busy_ms: float, period_ms: float) -> list[str]:
         """)]
 
 
-def apply_profile(text: str, state_dir: Path, extra_path: str | None = None, timeout: float = 600) -> tuple[dict, float]:
+def apply_profile(text: str, state_dir: Path, timeout: float = 600) -> tuple[dict, float]:
     """Run `tuned-rl apply --json` on a profile; returns the report and the seconds it took."""
     profile = state_dir / "profile.toml"
     state_dir.mkdir(parents=True, exist_ok=True)
     profile.write_text(text)
     env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
     env.pop("TUNED_RL_HOST_ROOT", None)
-    if extra_path:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra_path, env.get("PYTHONPATH")]))
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "apply", str(profile), "--json"],
                             capture_output=True, text=True, env=env, timeout=timeout)

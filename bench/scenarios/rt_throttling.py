@@ -20,7 +20,7 @@ from lab import CPU, Outcome, apply_profile, cgroup, duty_command, main_once, ou
 NAME = "tuned-rl-lab-rt"
 PROFILE = """\
 [profile]
-name = "lab-rt-throttling"
+name = "lab-{scenario}"
 
 [target]
 # Wakes every 2 ms, as in KERNEL-NOTES.md: a throttled second then holds about 1 in 300
@@ -33,12 +33,13 @@ canary_priority = 50
 
 [rt_runtime]
 cgroup = "{name}"
-cgroup_runtime_us = 950000
+cgroup_runtime_us = {runtime}
 """
 
 
-def run(state_dir: Path) -> Outcome:
-    with cgroup(CPU, NAME, {"cpu.rt_runtime_us": "500000"}) as directory:
+def run_budget_change(state_dir: Path, scenario: str, start: int, runtime: int) -> Outcome:
+    """FIFO actors at 80% duty in a cgroup with RT budget ``start``; the profile sets ``runtime``."""
+    with cgroup(CPU, NAME, {"cpu.rt_runtime_us": str(start)}) as directory:
         cpus = iter(range(os.cpu_count()))
 
         def place(process):
@@ -49,10 +50,18 @@ def run(state_dir: Path) -> Outcome:
             os.sched_setscheduler(process.pid, os.SCHED_FIFO, os.sched_param(10))
 
         with processes([duty_command(8, 10), duty_command(8, 10)], place):
-            report, seconds = apply_profile(PROFILE.format(directory=directory, name=NAME), state_dir)
+            text = PROFILE.format(directory=directory, name=NAME, runtime=runtime, scenario=scenario.replace(" ", "-"))
+            report, seconds = apply_profile(text, state_dir)
+            after_apply = (directory / "cpu.rt_runtime_us").read_text().strip()  # a reverted step put it back
             rollback(state_dir)
-            restored = (directory / "cpu.rt_runtime_us").read_text().strip() == "500000"
-    return outcome_of("rt throttling", report, seconds, restored)
+            restored = (directory / "cpu.rt_runtime_us").read_text().strip() == str(start)
+    result = outcome_of(scenario, report, seconds, restored)
+    result.value_after_apply = after_apply
+    return result
+
+
+def run(state_dir: Path) -> Outcome:
+    return run_budget_change(state_dir, "rt throttling", 500000, 950000)
 
 
 if __name__ == "__main__":

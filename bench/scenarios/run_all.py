@@ -13,16 +13,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 import harmful_step  # noqa: E402
 import harmless_step  # noqa: E402
 import rt_throttling  # noqa: E402
-from lab import HEADER, lab_plugin_path  # noqa: E402
+from lab import HEADER  # noqa: E402
 
 
 def main() -> None:
     print(HEADER, flush=True)
-    with lab_plugin_path() as plugin_path:
-        for run in (rt_throttling.run, harmful_step.run, lambda state: harmless_step.run(state, plugin_path)):
-            with tempfile.TemporaryDirectory() as state:
-                result = run(Path(state))
-            print(result.row(), flush=True)
+    for run in (rt_throttling.run, harmful_step.run, harmless_step.run):
+        with tempfile.TemporaryDirectory() as state:
+            result = run(Path(state))
+        print(result.row(), flush=True)
 
 
 if __name__ == "__main__":
