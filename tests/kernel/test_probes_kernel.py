@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import statistics
 import subprocess
 import threading
 import time
@@ -25,13 +26,30 @@ PINNED = CanarySpec(period_us=1000, cpus="0")
 
 
 def test_hogs_on_the_canarys_cpu_raise_its_p999_at_least_3x():
-    quiet = measure_target(Host(), Target("canary"), 5, 1.0, "bpf", PINNED)
-    with Hogs(3, "0"):
-        loaded = measure_target(Host(), Target("canary"), 5, 1.0, "bpf", PINNED)
-    q, l = quiet.summary(), loaded.summary()
-    print(f"quiet {q}\nloaded {l}")
-    assert q.n > 3000 and l.n > 1000 and quiet.lost == loaded.lost == 0
-    assert l.p999_us >= 3 * q.p999_us
+    # Quiet and loaded windows alternate (the hogs are stopped and continued), and each arm is
+    # the median of its windows' p999: a moment in which the VM's host takes the CPU raises one
+    # window, not the verdict (one quiet-then-loaded pair once read a quiet p999 of 1.46 ms).
+    host = Host()
+    arms = {"quiet": [], "loaded": []}
+    with Hogs(3, "0") as hogs, Canary(PINNED, host) as canary:
+        probe = BpfProbe()
+        probe.start(canary.tids())
+        try:
+            for _ in range(6):
+                for arm, signal_number in (("quiet", signal.SIGSTOP), ("loaded", signal.SIGCONT)):
+                    for hog in hogs.processes:
+                        os.kill(hog.pid, signal_number)
+                    arms[arm] += record_windows(probe, canary.tids, 1, 1.0).windows
+            for hog in hogs.processes:
+                os.kill(hog.pid, signal.SIGCONT)  # a stopped process ignores SIGKILL until continued
+            lost = probe.lost
+        finally:
+            probe.stop()
+    p999 = {arm: statistics.median(summarize(w).p999_us for w in windows) for arm, windows in arms.items()}
+    counts = {arm: sum(len(w) for w in windows) for arm, windows in arms.items()}
+    print(p999, counts)
+    assert counts["quiet"] > 3000 and counts["loaded"] > 1000 and lost == 0
+    assert p999["loaded"] >= 3 * p999["quiet"]
 
 
 def three_probes_p99(seconds: float = 6) -> dict[str, float]:
