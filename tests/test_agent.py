@@ -43,10 +43,10 @@ def test_status_tells_what_is_applied_and_what_drifted(tree, cli, profile_file):
     rows = {c["target"]: c for c in json.loads(cli("status", "--json")[1])["changes"]}
     assert rows[RL]["state"] == "drifted" and rows[RL]["current"] == "400000"
     assert "drifted" in cli("status")[1]
-    cli("rollback")
+    assert "left" in cli("rollback")[1]  # the operator's 400000 stays: see the drift tests below
     assert json.loads(cli("status", "--json")[1]) == {"profile": None, "path": None, "applied_at": None,
-                                                      "stale": False, "changes": []}
-    assert tree.get(RL) == "500000"
+                                                      "stale": False, "changes": [], "removed": []}
+    assert tree.get(RL) == "400000" and tree.get(RT) == "950000"
 
 
 def test_rollback_is_idempotent(tree, cli, profile_file):
@@ -57,11 +57,31 @@ def test_rollback_is_idempotent(tree, cli, profile_file):
     assert tree.get(RT) == "950000"
 
 
-def test_rollback_restores_the_original_even_after_drift(tree, cli, profile_file):
+def test_rollback_keeps_a_value_someone_changed_since_and_says_so(tree, cli, profile_file):
+    cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
+    tree.set(RT, "123")  # an operator's change after the apply
+    status, out, _ = cli("rollback", "--json")
+    rows = {r["target"]: r for r in json.loads(out)["changes"]}
+    assert status == 0 and rows[RT]["outcome"] == "left" and "--force" in rows[RT]["reason"]
+    assert tree.get(RT) == "123"
+    assert cli("status")[1].strip() == "nothing applied"  # the value is theirs now
+
+
+def test_rollback_force_restores_the_original_over_a_drifted_value(tree, cli, profile_file):
     cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
     tree.set(RT, "123")
-    cli("rollback")
+    status, out, _ = cli("rollback", "--force")
+    assert status == 0 and "restored" in out and "set by someone since the apply" in out
     assert tree.get(RT) == "950000"
+
+
+def test_apply_over_a_drifted_value_keeps_it_and_names_it(tree, cli, profile_file):
+    cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
+    tree.set(RT, "400000")
+    status, out, _ = cli("apply", profile_file("[sysctl]\n\"vm.swappiness\" = 10\n", "other.toml"), "--json")
+    notes = json.loads(out)["notes"]
+    assert status == 0 and any(n.startswith(f"left {RT} as someone set it") and "'400000'" in n for n in notes)
+    assert tree.get(RT) == "400000"
 
 
 def test_dry_run_writes_nothing_anywhere(tree, cli, profile_file, state_dir):

@@ -8,16 +8,19 @@ import signal
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from tuned_rl.core.changes import Change, Step
-from tuned_rl.core.journal import Applied, Journal, StepRecord
+from tuned_rl.core.journal import Applied, Journal, Scan, StepRecord
 from tuned_rl.core.lock import exclusive_lock
+from tuned_rl.core.places import refusal
 from tuned_rl.core.plugin_host import PluginHost
 from tuned_rl.core.report import ChangeReport, Report, StepReport
 from tuned_rl.core.verify import StepVerdict, Verifier
 from tuned_rl.host import Host, TaskGone
 from tuned_rl.measure.probes import ProbeError
+from tuned_rl.measure.probes.tracefs import remove_leftover_instances
 from tuned_rl.measure.settings import VerifySettings
 from tuned_rl.measure.targets import TargetError, target_from_table
 from tuned_rl.profiles.loader import Profile
@@ -81,7 +84,8 @@ class Agent:
             report.notes += self._clear_previous()
             steps = self.plugins.plan(profile, self.host)
             self._check_writable(steps)
-            self.journal.begin(Applied(profile.name, str(profile.path), self.host.boot_id(), time.time()))
+            self.journal.begin(Applied(profile.name, str(profile.path), self.host.boot_id(), time.time(),
+                                       str(self.host.root)))
             changing = any(s.pending_changes and not s.skip_reason for s in steps)
             verifier, unverified = self._start_verifier(stack, profile, verify) if changing else (None, "")
             report.notes += verifier.notes if verifier else []
@@ -112,29 +116,44 @@ class Agent:
         except (ProbeError, TargetError, OSError, RuntimeError) as err:
             return None, f"not verified: cannot measure {target}: {_describe_error(err)}"
 
-    def rollback(self) -> tuple[dict, int]:
-        """Undo every journaled change, newest first; idempotent. Returns report and exit status."""
+    def rollback(self, force: bool = False) -> tuple[dict, int]:
+        """Undo every journaled change, newest first; idempotent. Returns report and exit status.
+
+        A value someone changed since tuned-rl applied it is left as they set it (and
+        reported), unless ``force``. Records that cannot be trusted are never replayed:
+        they are reported and moved to ``<state-dir>/refused``, and the exit status is 1.
+        """
         with exclusive_lock(self.journal.state_dir):
-            applied = self.journal.applied()
-            report = {"profile": applied.profile if applied else None, "changes": [], "stale": None}
+            scan, applied = self.journal.scan(), self.journal.applied()
+            self._check_root(applied, scan.records)
+            report = {"profile": applied.profile if applied else None, "changes": [], "stale": None,
+                      "refused": [], "refused_kept_in": None, "removed": remove_leftover_instances(self.host)}
             if self._is_stale():
                 report["stale"] = self._move_stale()
                 return report, 0
-            results = self._undo(self.journal.records())
-            report["changes"] = results
+            trusted, refused = self._trusted(scan)
+            if refused:
+                report["refused"] = [{"path": str(path), "reason": reason} for path, reason in refused]
+                report["refused_kept_in"] = str(self.journal.move_refused([path for path, _ in refused]))
+            report["changes"] = self._undo(trusted, force)
             self.journal.finish()
-            return report, 1 if any(r["outcome"] == "failed" for r in results) else 0
+            failed = refused or any(r["outcome"] == "failed" for r in report["changes"])
+            return report, 1 if failed else 0
 
     def status(self) -> dict:
         """What the journal says is applied, and whether each value still holds."""
-        applied = self.journal.applied()
-        records = self.journal.records()
+        scan, applied = self.journal.scan(), self.journal.applied()
+        self._check_root(applied, scan.records)
         report = {"profile": applied.profile if applied else None,
                   "path": applied.path if applied else None,
                   "applied_at": applied.started if applied else None,
-                  "stale": self._is_stale(), "changes": []}
-        for record in records:
+                  "stale": self._is_stale(), "changes": [],
+                  "removed": remove_leftover_instances(self.host)}
+        trusted, refused = self._trusted(scan)
+        for record in trusted:
             report["changes"] += [self._change_status(record, change, report["stale"]) for change in record.changes]
+        report["changes"] += [{"plugin": None, "step": None, "target": str(path), "before": None, "after": None,
+                               "current": None, "state": "refused", "reason": reason} for path, reason in refused]
         return report
 
     # -- one step -------------------------------------------------------------
@@ -150,7 +169,8 @@ class Agent:
             if gone:
                 return self._step_report(step, "skipped", "every task it would change has exited", [], _tasks(gone))
             return self._step_report(step, "unchanged", "already set")
-        record = self.journal.add(StepRecord(0, self.host.boot_id(), self._plugin(step), step.title, index, originals))
+        record = self.journal.add(StepRecord(0, self.host.boot_id(), self._plugin(step), step.title, index, originals,
+                                             host_root=str(self.host.root)))
         pause_point("journaled")
         gone_ids = {c.identity() for c in gone}
 
@@ -174,7 +194,7 @@ class Agent:
         try:
             result = verifier.verify(label, apply, revert) if verifier else apply()
         except (OSError, StepFailed, LookupError) as err:
-            left = [r for r in self._undo_record(record) if r["outcome"] == "failed"]
+            left = [r for r in self._undo_record(record, force=True) if r["outcome"] == "failed"]
             undone = "step reverted" if not left else (f"reverting it failed too: {left[0]['target']}: "
                                                        f"{left[0]['reason']} (`tuned-rl rollback` retries)")
             return self._step_report(step, "failed", f"{_describe_error(err)}; {undone}", None, _tasks(gone))
@@ -182,7 +202,7 @@ class Agent:
             result, unverified = None, f"not verified: the probe failed: {err}"
         changes = [c for c in record.changes if c.identity() not in gone_ids]
         if result is not None and not result.keep:
-            self._undo_record(record)
+            self._undo_record(record, force=True)
             return self._verified_report(step, result, changes, _tasks(gone))
         self.journal.mark(record, "done")
         if result is None:
@@ -237,14 +257,15 @@ class Agent:
 
     # -- undo -----------------------------------------------------------------
 
-    def _undo(self, records: list[StepRecord]) -> list[dict]:
+    def _undo(self, records: list[StepRecord], force: bool) -> list[dict]:
         """Restore every record, newest first; each record is dropped once all of it is restored."""
-        return [result for record in reversed(records) for result in self._undo_record(record)]
+        return [result for record in reversed(records) for result in self._undo_record(record, force)]
 
-    def _undo_record(self, record: StepRecord) -> list[dict]:
+    def _undo_record(self, record: StepRecord, force: bool) -> list[dict]:
+        """Restore one step's changes; ``force`` also overwrites values someone changed since."""
         results, failed, touched = [], set(), []
         for change in reversed(record.changes):
-            results.append(self._undo_one(record, change))
+            results.append(self._undo_one(record, change, force))
             if results[-1]["outcome"] == "failed":
                 failed.add(change.identity())
             elif results[-1]["outcome"] != "gone":
@@ -261,13 +282,20 @@ class Agent:
             self.journal.remove(record)
         return results
 
-    def _undo_one(self, record: StepRecord, change: Change) -> dict:
+    def _undo_one(self, record: StepRecord, change: Change, force: bool) -> dict:
         show = change.handler.show
         result = {"plugin": record.plugin, "step": record.step, "target": change.label(),
                   "before": None, "after": show(change.before)}
         try:
             current = change.read(self.host)
             result["before"] = show(current)
+            drifted = not change.holds(current, change.after) and not change.holds(current, change.before)
+            if drifted and not force:
+                return {**result, "after": show(current), "outcome": "left",
+                        "reason": f"someone set it to {show(current)!r} since tuned-rl applied {show(change.after)!r}: "
+                                  f"kept (`tuned-rl rollback --force` restores the original {show(change.before)!r})"}
+            if drifted:
+                result["reason"] = f"was {show(current)!r}, set by someone since the apply: restored with --force"
             if not change.holds(current, change.before):
                 change.write(self.host, change.before)
                 pause_point("restored")
@@ -285,17 +313,50 @@ class Agent:
     def _clear_previous(self) -> list[str]:
         if self.journal.is_empty():
             return []
+        scan, applied = self.journal.scan(), self.journal.applied()
+        self._check_root(applied, scan.records)
         if self._is_stale():
             return [f"a journal from an earlier boot was not replayed (a reboot reset it); kept in "
                     f"{self._move_stale()['kept_in']}"]
-        applied = self.journal.applied()
+        trusted, refused = self._trusted(scan)
+        if refused:
+            path, reason = refused[0]
+            raise HostError(f"the journal holds {len(refused)} record(s) tuned-rl will not replay ({reason}); "
+                            f"nothing was changed: `tuned-rl rollback` restores the rest and moves these to "
+                            f"{self.journal.state_dir}/refused, then apply again")
         name = applied.profile if applied else "an unfinished apply"
-        results = self._undo(self.journal.records())
+        results = self._undo(trusted, force=False)
         failed = [r for r in results if r["outcome"] == "failed"]
         if failed:
             raise HostError(f"could not roll back {name}: {failed[0]['target']}: {failed[0]['reason']}")
         self.journal.finish()
-        return [f"rolled back previously applied profile {name} first ({len(results)} changes restored)"]
+        restored = sum(r["outcome"] == "restored" for r in results)
+        notes = [f"rolled back previously applied profile {name} first ({restored} of {len(results)} changes "
+                 "restored; the others already held their original values, or their tasks had exited)"]
+        return notes + [f"left {r['target']} as someone set it: {r['reason']}" for r in results
+                        if r["outcome"] == "left"]
+
+    def _check_root(self, applied: Applied | None, records: list[StepRecord]) -> None:
+        """Refuse a journal written against another host root (a test tree's, or the real one's)."""
+        roots = {r.host_root for r in records} | ({applied.host_root} if applied else set())
+        other = sorted(roots - {str(self.host.root), None})
+        if other:
+            raise HostError(f"the journal in {self.journal.state_dir} was written against host root {other[0]}, "
+                            f"not {self.host.root}: it is not replayed here (run with TUNED_RL_HOST_ROOT={other[0]},"
+                            " or use another --state-dir)")
+
+    def _trusted(self, scan: Scan) -> tuple[list[StepRecord], list[tuple[Path, str]]]:
+        """The records rollback may replay, and (path, why) of the files it must not."""
+        mounts = [m.mount_point for m in self.host.cgroup_mounts()]
+        trusted, refused = [], [(u.path, u.reason) for u in scan.unreadable]
+        for record in scan.records:
+            why = next((f"{record.path}: {reason}" for change in record.changes for path in change.handler.paths(change)
+                        if (reason := refusal(path, mounts))), None)
+            if why:
+                refused.append((record.path, why))
+            else:
+                trusted.append(record)
+        return trusted, refused
 
     def _is_stale(self) -> bool:
         applied, records = self.journal.applied(), self.journal.records()
@@ -325,8 +386,13 @@ class Agent:
         return {**row, "state": "holds" if change.holds(current, change.after) else "drifted"}
 
     def _check_writable(self, steps: list[Step]) -> None:
+        mounts = [m.mount_point for m in self.host.cgroup_mounts()]
         for step in steps:
             for change in step.pending_changes:
+                for path in change.handler.paths(change):
+                    if reason := refusal(path, mounts):
+                        raise HostError(f"plugin {self._plugin(step)} plans a write that tuned-rl refuses: {reason}; "
+                                        "nothing was changed")
                 path = change.handler.file(change)
                 if path is None:
                     continue

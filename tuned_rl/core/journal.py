@@ -3,10 +3,15 @@
 Layout of the state directory::
 
     lock                  flock()ed by a running apply/rollback; holds its pid (core/lock.py)
-    journal/applied.json  the profile being applied (name, path, boot id, time)
+    journal/applied.json  the profile being applied (name, path, boot id, host root, time)
     journal/NNNNNN.jsonl  one step's undo records: a header line, a line per change,
                           then a line for each later state ("done")
     stale/<time>/         journals from an earlier boot, moved aside and kept for reading
+    refused/<time>/       records rollback would not replay (unreadable, or naming a place
+                          tuned-rl does not write), moved aside and kept for reading
+
+The directory and its folders are root's alone (core/state_dir.py); every file in it is
+opened with O_NOFOLLOW, and a record is checked whole before anything is replayed.
 
 A step's file is written whole (temporary file, fsync, rename, fsync of the
 directory) before the step writes anything, so one fsync covers all its changes
@@ -21,11 +26,13 @@ from __future__ import annotations
 import json
 import os
 import time
+import errno
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tuned_rl.core.changes import Change
 from tuned_rl.core.kinds import UnknownKind
+from tuned_rl.core.state_dir import ensure_private_dir
 
 DEFAULT_STATE_DIR = "/var/lib/tuned-rl"
 FORMAT = 2
@@ -51,11 +58,12 @@ class StepRecord:
     step_index: int
     changes: list[Change]
     state: str = "journaled"
+    host_root: str | None = None  # the root the host object had (tests move it); None: not recorded (0.1)
     path: Path | None = field(default=None, compare=False)  # where it is on disk
 
     def header(self) -> dict:
         return {"format": FORMAT, "seq": self.seq, "boot_id": self.boot_id, "plugin": self.plugin,
-                "step": self.step, "step_index": self.step_index}
+                "step": self.step, "step_index": self.step_index, "host_root": self.host_root}
 
 
 @dataclass
@@ -66,6 +74,23 @@ class Applied:
     path: str
     boot_id: str
     started: float
+    host_root: str | None = None  # None: not recorded (tuned-rl 0.1)
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A file in the journal that is not a record tuned-rl could have written, and why."""
+
+    path: Path
+    reason: str
+
+
+@dataclass
+class Scan:
+    """What the journal holds: the records that can be trusted, and the files that cannot."""
+
+    records: list[StepRecord]
+    unreadable: list[Unreadable]
 
 
 class Journal:
@@ -78,32 +103,49 @@ class Journal:
 
     def applied(self) -> Applied | None:
         path = self.directory / "applied.json"
-        if not path.exists():
+        if not self._exists():
             return None
         try:
-            return Applied(**json.loads(path.read_text()))
-        except (ValueError, TypeError) as err:
-            raise JournalError(f"{path}: not a tuned-rl journal file: {err}") from err
+            data = json.loads(_read_nofollow(path))
+            applied = Applied(**data)
+            if not isinstance(applied.profile, str) or not isinstance(applied.host_root, (str, type(None))):
+                raise TypeError("profile and host_root must be text")
+            return applied
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError) as err:
+            raise JournalError(f"{path}: not a tuned-rl journal file: {err}; move it away (it names the profile "
+                               "applied, no value to restore)") from err
+
+    def scan(self) -> Scan:
+        """Every step record, oldest first, and every file that cannot be trusted as one."""
+        if not self._exists():
+            return Scan([], [])
+        records, unreadable = [], []
+        for path in self._record_paths():
+            try:
+                records.append(_read_record(path))
+            except JournalError as err:
+                unreadable.append(Unreadable(path, str(err)))
+        return Scan(sorted(records, key=lambda r: r.seq), unreadable)
 
     def records(self) -> list[StepRecord]:
-        """Every step record, oldest first; raises JournalError for one that cannot be trusted."""
-        if not self.directory.is_dir():
-            return []
-        paths = [p for p in self.directory.iterdir() if p.name[:1].isdigit() and p.suffix in (".json", ".jsonl")]
-        return sorted((_read_record(p) for p in paths), key=lambda r: r.seq)
+        """The records that can be trusted, oldest first (``scan`` also says which files cannot)."""
+        return self.scan().records
 
     def is_empty(self) -> bool:
-        return self.applied() is None and not self.records()
+        return self.applied() is None and not (self._exists() and self._record_paths())
 
     def begin(self, applied: Applied) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._prepare()
         _write_durably(self.directory / "applied.json", json.dumps(asdict(applied), indent=1, sort_keys=True))
 
     def add(self, record: StepRecord) -> StepRecord:
         """Assign the next sequence number and write the whole record durably."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._prepare()
         if self._next_seq is None:
-            self._next_seq = max((r.seq for r in self.records()), default=0) + 1
+            self._next_seq = max((int(p.name[:6]) for p in self._record_paths() if p.name[:6].isdigit()),
+                                 default=0) + 1
         record.seq, self._next_seq = self._next_seq, self._next_seq + 1
         record.path = self.directory / f"{record.seq:06d}.jsonl"
         _write_durably(record.path, _lines(record))
@@ -111,7 +153,7 @@ class Journal:
 
     def mark(self, record: StepRecord, state: str) -> None:
         """Append a state line (one fdatasync)."""
-        fd = os.open(record.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        fd = os.open(record.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             os.write(fd, (json.dumps({"state": state}) + "\n").encode())
             os.fdatasync(fd)
@@ -134,17 +176,44 @@ class Journal:
 
     def finish(self) -> None:
         """Forget the applied profile once every record is gone."""
-        if not self.records():
+        if self._exists() and not self._record_paths():
             (self.directory / "applied.json").unlink(missing_ok=True)
             _fsync_dir(self.directory)
 
     def move_aside(self) -> Path:
         """Move the whole journal to ``stale/<time>`` (for records of an earlier boot)."""
-        target = self.state_dir / "stale" / time.strftime("%Y%m%dT%H%M%S")
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = self._aside("stale")
         os.replace(self.directory, target)
         self._next_seq = None
         return target
+
+    def move_refused(self, paths: list[Path]) -> Path:
+        """Move files rollback would not replay to ``refused/<time>``, kept for reading."""
+        target = self._aside("refused")
+        target.mkdir(mode=0o700)
+        for path in paths:
+            os.replace(path, target / path.name)
+        _fsync_dir(self.directory)
+        return target
+
+    def _aside(self, folder: str) -> Path:
+        ensure_private_dir(self.state_dir / folder, create=True)
+        target = self.state_dir / folder / time.strftime("%Y%m%dT%H%M%S")
+        suffix = 0
+        while target.exists():  # two in one second
+            suffix += 1
+            target = target.with_name(f"{target.name.split('.')[0]}.{suffix}")
+        return target
+
+    def _exists(self) -> bool:
+        return ensure_private_dir(self.state_dir, create=False) and ensure_private_dir(self.directory, create=False)
+
+    def _prepare(self) -> None:
+        ensure_private_dir(self.state_dir, create=True)
+        ensure_private_dir(self.directory, create=True)
+
+    def _record_paths(self) -> list[Path]:
+        return sorted(p for p in self.directory.iterdir() if p.name[:1].isdigit() and p.suffix in (".json", ".jsonl"))
 
 
 def _lines(record: StepRecord) -> str:
@@ -156,10 +225,12 @@ def _lines(record: StepRecord) -> str:
 
 def _read_record(path: Path) -> StepRecord:
     try:
-        text = path.read_text()
+        text = _read_nofollow(path)
         record = _parse_v1(json.loads(text)) if path.suffix == ".json" else _parse_v2(text)
     except (OSError, ValueError, TypeError, KeyError, UnknownKind) as err:
-        raise JournalError(f"{path}: cannot be read as a tuned-rl journal record: {err}") from err
+        why = err.strerror if isinstance(err, OSError) and err.strerror else err
+        why = f"{err} is missing" if isinstance(err, KeyError) else why
+        raise JournalError(f"{path}: cannot be read as a tuned-rl journal record: {why}") from err
     if path.suffix == ".jsonl" and f"{record.seq:06d}" != path.stem:
         raise JournalError(f"{path}: its header names step {record.seq}")
     record.path = path
@@ -178,7 +249,7 @@ def _parse_v2(text: str) -> StepRecord:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ValueError(f"format {header.get('format') if isinstance(header, dict) else '?'!r} is not {FORMAT}")
     record = StepRecord(_int(header["seq"]), _str(header["boot_id"]), _str(header["plugin"]), _str(header["step"]),
-                        _int(header["step_index"]), [])
+                        _int(header["step_index"]), [], host_root=_str(header["host_root"]))
     for row in map(json.loads, rows[1:]):
         if isinstance(row, dict) and set(row) == {"change"}:
             record.changes.append(Change.from_dict(row["change"]))
@@ -208,11 +279,22 @@ def _str(value) -> str:
     return value
 
 
+def _read_nofollow(path: Path) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a symbolic link, which tuned-rl does not follow") from err
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read().decode("utf-8")
+
+
 def _write_durably(path: Path, text: str) -> None:
     """Write, fsync, rename over ``path``, fsync the directory: all or nothing on disk."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, text.encode())
         os.fsync(fd)

@@ -59,6 +59,10 @@ class Kind:
         """The host file whose content is the value, if there is one (a dry run and the write check use it)."""
         return None
 
+    def paths(self, change: "Change") -> list[str]:
+        """Every host path a write of this change touches (checked against core/places.py)."""
+        return [] if self.task else [change.target]
+
     def check(self, change: "Change") -> list[str]:
         """What is wrong with a change read back from the journal ([] if nothing)."""
         problems = []
@@ -348,6 +352,9 @@ class ThreadCgroup(Kind):
 
     def label(self, change):
         return f"{change.task.label()} {self.name} in {change.target}"
+
+    def paths(self, change):
+        return [change.target]  # the hierarchy's mount point: the cgroup files written are below it
 
     def check(self, change):
         problems = _absolute_path_problems(change.target) + super().check(change)

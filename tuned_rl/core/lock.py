@@ -9,6 +9,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from tuned_rl.core.state_dir import StateDirError, ensure_private_dir
+
 
 class LockHeld(RuntimeError):
     """Another tuned-rl holds the state directory's lock."""
@@ -18,19 +20,17 @@ class LockHeld(RuntimeError):
         self.pid = pid
 
 
-class StateDirError(RuntimeError):
-    """The state directory cannot be created or written."""
-
-
 @contextmanager
 def exclusive_lock(state_dir: str | os.PathLike):
     """Hold ``<state_dir>/lock`` or raise LockHeld at once, naming the holder's pid."""
     state_dir = Path(state_dir)
     path = state_dir / "lock"
+    ensure_private_dir(state_dir, create=True)
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise StateDirError(f"{path} is a symbolic link: tuned-rl does not follow it (fix: rm {path})") from err
         raise StateDirError(f"cannot use the state directory {state_dir}: {err.strerror} (not root? "
                             "--state-dir moves it); nothing was changed") from err
     try:
