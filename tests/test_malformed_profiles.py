@@ -41,6 +41,13 @@ MALFORMED = {
     "sysctl-a-group": ('[sysctl]\n"vm" = 1\n', "sysctl.vm", "a group of parameters"),
     "sysctl-two-lines": ('[sysctl]\n"vm.swappiness" = "1\\n2"\n', "sysctl.vm.swappiness", "one non-empty line"),
     "sysctl-empty": ("[sysctl]\n", "sysctl", "names no parameter"),
+    "sysctl-empty-value": ('[sysctl]\n"vm.swappiness" = ""\n', "sysctl.vm.swappiness", "one non-empty line"),
+    "verify-unknown-key": ("[verify]\nwindow = 3\n", "verify.window", "unknown key"),
+    "verify-wrong-choice": ('[verify]\nprobe = "dtrace"\n', "verify.probe", "must be one of"),
+    "target-two-targets": ('[target]\ncanary = true\nname = "^ray::"\n', "target", "exactly one of"),
+    "target-canary-key-without-canary": ('[target]\nname = "^ray::"\ncanary_cpus = "0"\n', "target.canary_cpus",
+                                         "need canary = true"),
+    "target-pid-missing": ("[target]\npid = 999999\n", "target.pid", "no process has pid 999999"),
     "sysctl-and-rt-runtime": ('[sysctl]\n"kernel.sched_rt_runtime_us" = 900000\n[rt_runtime]\nglobal_runtime_us = 900000\n',
                               "sysctl", "set it in one place"),
 }
@@ -56,7 +63,10 @@ def test_malformed_profile_is_rejected_and_changes_nothing(case, tree, cli, prof
     for args in ([], ["--dry-run"], ["--json"]):
         status, out, err = cli("apply", path, *args)
         assert status == 2, err
-        assert f"{path}: " in err and key in err and words in err, err
+        notice, line = err.strip().splitlines()  # the test tree's notice, then one line naming file and key
+        assert notice.startswith("tuned-rl: TUNED_RL_HOST_ROOT=") and "Traceback" not in err
+        assert line.startswith(f"tuned-rl: {path}: ") and key in line and words in line, err
+        assert line.endswith("(the profile was rejected; nothing was changed)")
         assert out == ""
     assert tree.snapshot() == before
     assert not state_dir.exists()

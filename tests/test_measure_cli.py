@@ -14,9 +14,17 @@ def test_bad_measure_arguments_exit_2(cli, args):
     assert exit_info.value.code == 2
 
 
-def test_a_probe_that_cannot_measure_the_target_says_why(cli):
-    status, out, err = cli("measure", "--target", "pid:1", "--probe", "schedstat", "--seconds", "1")
-    assert status == 1 and "schedstat sees only a canary" in err and out == ""
+@pytest.mark.parametrize("args, words", [
+    (["--target", "pid:1", "--probe", "schedstat"], "--probe: schedstat measures a canary only"),
+    (["--target", "pid:999999"], "--pid: no process has pid 999999 on this host"),
+    (["--target", "cgroup:/sys/fs/cgroup/cpu/nope"], "cgroup directory /sys/fs/cgroup/cpu/nope does not exist"),
+    (["--target", "canary", "--canary-cpus", "7-99"], "--canary-cpus: CPUs 7-99 of '7-99' are not online"),
+    (["--target", "canary", "--canary-cgroup", "/tmp"], "--canary-cgroup: /tmp is not in a mounted cgroup"),
+])
+def test_a_target_this_host_does_not_have_is_an_argument_error(tree, cli, args, words):
+    tree.add_process(1, "init")
+    status, out, err = cli("measure", *args, "--seconds", "1")
+    assert status == 2 and words in err and out == "", err
 
 
 def test_verify_table_is_validated_like_a_plugin_table(cli, profile_file):

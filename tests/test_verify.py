@@ -132,6 +132,7 @@ def test_a_profile_without_target_is_applied_unverified(tree, cli, profile_file)
 
 def test_a_target_that_cannot_be_measured_leaves_steps_applied_not_kept(tree, cli, profile_file):
     import json
-    text = "[target]\npid = 999999\n[verify]\nprobe = \"tracefs\"\n[rt_runtime]\nglobal_runtime_us = 900000\n"
+    tree.add_process(4242, "llm-server")  # it exists, but no tracefs in this tree can see it
+    text = "[target]\npid = 4242\n[verify]\nprobe = \"tracefs\"\n[rt_runtime]\nglobal_runtime_us = 900000\n"
     out = json.loads(cli("apply", profile_file(text), "--json")[1])
     assert out["steps"][0]["outcome"] == "applied" and out["steps"][0]["reason"].startswith("not verified: ")

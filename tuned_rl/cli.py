@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 import os
 import sys
 import time
+from collections import Counter
 
 from tuned_rl.core.agent import Agent, HostError
-from tuned_rl.measure.canary import CanarySpec
-from tuned_rl.measure.doctor import examine
-from tuned_rl.host import SCHED_POLICIES, Host
 from tuned_rl.core.journal import DEFAULT_STATE_DIR, Journal, JournalError
 from tuned_rl.core.lock import LockHeld, StateDirError
 from tuned_rl.core.phases import PHASES
 from tuned_rl.core.plugin_host import load_plugins
-from tuned_rl.profiles.loader import ProfileError, load_profile
+from tuned_rl.core.report import format_table
+from tuned_rl.host import SCHED_POLICIES, Host
+from tuned_rl.measure.canary import CanarySpec
+from tuned_rl.measure.doctor import examine
 from tuned_rl.measure.measurement import measure_target
 from tuned_rl.measure.probes import PROBE_CHOICES, ProbeError
-from tuned_rl.core.report import format_table
 from tuned_rl.measure.stats import format_us
-from tuned_rl.measure.targets import Target, TargetError
+from tuned_rl.measure.targets import TARGET_TABLE, Target, TargetError, target_problems
+from tuned_rl.profiles.loader import ProfileError, load_profile
+from tuned_rl.profiles.schema import Problem
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -52,8 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     canary.add_argument("--canary-priority", type=_non_negative_int, default=0, help="1-99 for FIFO/RR")
     canary.add_argument("--canary-cgroup", help="cgroupfs directory to start the canary in")
     commands.add_parser("doctor", help="can this host measure latency? what is wrong?")
-    for name, text in [("rollback", "undo everything the journal holds, newest first"),
-                       ("status", "what is applied, and whether it drifted"),
+    rollback = commands.add_parser("rollback", help="undo everything the journal holds, newest first")
+    rollback.add_argument("--force", action="store_true",
+                          help="also restore values someone changed since the apply (default: keep theirs)")
+    for name, text in [("status", "what is applied, and whether it drifted"),
                        ("plugins", "loaded plugins and the tables they own")]:
         commands.add_parser(name, help=text)
     for sub in commands.choices.values():
@@ -65,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # TUNED_RL_HOST_ROOT points every /proc and /sys access at another tree (tests).
-    host = Host(os.environ.get("TUNED_RL_HOST_ROOT", "/"))
+    host = Host(os.environ.get("TUNED_RL_HOST_ROOT") or "/")
+    _say_what_test_hooks_change(host)
     plugins = load_plugins()
     for failure in plugins.failures:
         print(f"tuned-rl: plugin {failure.name} failed to load: {failure.error}", file=sys.stderr)
@@ -90,10 +94,12 @@ def cmd_apply(agent: Agent, args) -> int:
     except ProfileError as err:
         problems = err.messages
     if problems:
-        for message in problems:
+        for message in problems[:-1]:
             print(f"tuned-rl: {message}", file=sys.stderr)
-        print("tuned-rl: the profile was rejected; nothing was changed", file=sys.stderr)
+        print(f"tuned-rl: {problems[-1]} (the profile was rejected; nothing was changed)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if not args.dry_run and not _may_change(agent.host, "apply"):
+        return EXIT_FAILED
     if args.dry_run:
         report, status = agent.dry_run(profile), EXIT_OK
     else:
@@ -103,16 +109,26 @@ def cmd_apply(agent: Agent, args) -> int:
 
 
 def cmd_rollback(agent: Agent, args) -> int:
-    report, status = agent.rollback()
+    if not _may_change(agent.host, "rollback"):
+        return EXIT_FAILED
+    report, status = agent.rollback(force=args.force)
     if args.json:
         print(json.dumps(report, indent=2))
-    elif report["stale"]:
+        return status
+    for path in report["removed"]:
+        print(f"removed {path}: a killed tuned-rl had left it recording")
+    for refused in report["refused"]:
+        print(f"refused, not replayed: {refused['reason']}")
+    if report["refused"]:
+        print(f"  moved to {report['refused_kept_in']}: read them, then delete them; values they held were "
+              "not restored")
+    if report["stale"]:
         stale = report["stale"]
         print(f"{stale['records']} journaled changes are from an earlier boot: the reboot already reset "
               f"them, so they were not replayed; kept in {stale['kept_in']}")
-    elif not report["changes"]:
+    elif not report["changes"] and not report["refused"]:
         print("nothing to roll back")
-    else:
+    elif report["changes"]:
         print(f"rolled back {report['profile'] or 'an unfinished apply'}")
         shown, rest = _for_people(report["changes"], "outcome", "restored")
         rows = [(r["target"], r["outcome"], f"{r['before']} -> {r['after']}" + (f"  ({r['reason']})"
@@ -126,6 +142,8 @@ def cmd_status(agent: Agent, args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return EXIT_OK
+    for path in report["removed"]:
+        print(f"removed {path}: a killed tuned-rl had left it recording")
     if report["profile"] is None and not report["changes"]:
         print("nothing applied")
         return EXIT_OK
@@ -133,12 +151,18 @@ def cmd_status(agent: Agent, args) -> int:
     boot = "an earlier boot: a reboot reset these values" if report["stale"] else "this boot"
     print(f"profile {report['profile']} ({report['path']}) applied {when}, {boot}")
     shown, rest = _for_people(report["changes"], "state", "holds")
-    rows = [(r["target"], str(r["before"]), str(r["after"]), str(r["current"]), r["state"]) for r in shown]
+    rows = [(r["target"], _shown(r["before"]), _shown(r["after"]),
+             _shown(r["current"]) if r["state"] in ("holds", "drifted", "interrupted") else "-",
+             r["state"] + (f" ({r['reason']})" if "reason" in r else "")) for r in shown]
     print("\n".join(format_table(("TARGET", "ORIGINAL", "APPLIED", "NOW", "STATE"), rows) + rest))
     return EXIT_OK
 
 
 SHOWN_ROWS = 40
+
+
+def _shown(value) -> str:
+    return "(absent)" if value is None else " ".join(str(value).split()) or '""'
 
 
 def _for_people(rows: list[dict], key: str, routine: str) -> tuple[list[dict], list[str]]:
@@ -170,6 +194,12 @@ def cmd_plugins(agent: Agent, args) -> int:
 
 
 def cmd_measure(agent: Agent, args) -> int:
+    problems = _measure_problems(agent.host, args)
+    if problems:
+        for problem in problems:
+            print(f"tuned-rl: {problem.key.replace('target.', '--', 1).replace('_', '-')}: {problem.message}",
+                  file=sys.stderr)
+        return EXIT_BAD_INPUT
     spec = CanarySpec(period_us=args.canary_period_us, work_us=args.canary_work_us, threads=args.canary_threads,
                       cpus=args.canary_cpus, policy=args.canary_policy, priority=args.canary_priority,
                       cgroup=args.canary_cgroup)
@@ -210,8 +240,41 @@ def cmd_doctor(agent: Agent, args) -> int:
     return status
 
 
+def _measure_problems(host: Host, args) -> list:
+    """The arguments as a [target] table, checked as a profile's would be (and schedstat: canary only)."""
+    target = args.target
+    if target.kind != "canary":
+        table = {target.kind: int(target.value) if target.kind == "pid" else target.value}
+        if args.probe == "schedstat":
+            return [Problem("target.probe", "schedstat measures a canary only (it reads the canary's own "
+                                            "schedstat); use bpf or tracefs for a workload")]
+    else:
+        table = {"canary": True, **{f"canary_{k}": v for k, v in (("cpus", args.canary_cpus),
+                                                                   ("cgroup", args.canary_cgroup)) if v}}
+    return TARGET_TABLE.check(table, host) or target_problems(table, host)
+
+
 COMMANDS = {"apply": cmd_apply, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,
             "measure": cmd_measure, "doctor": cmd_doctor}
+
+
+def _may_change(host: Host, command: str) -> bool:
+    """Changing the live host needs root: say so before anything is touched."""
+    if host.is_live and os.geteuid() != 0:
+        print(f"tuned-rl: {command} needs root (it changes kernel settings and tasks of other users); nothing "
+              "was changed. `tuned-rl apply --dry-run` shows a plan without root.", file=sys.stderr)
+        return False
+    return True
+
+
+def _say_what_test_hooks_change(host: Host) -> None:
+    """The variables the tests use change what a run writes: never let one steer a run silently."""
+    if not host.is_live:
+        print(f"tuned-rl: TUNED_RL_HOST_ROOT={host.root}: reading and writing the tree there, not this host's "
+              "/proc and /sys", file=sys.stderr)
+    if os.environ.get("TUNED_RL_PAUSE_AT"):
+        print(f"tuned-rl: TUNED_RL_PAUSE_AT={os.environ['TUNED_RL_PAUSE_AT']}: this process will stop itself "
+              "there (a crash test's hook)", file=sys.stderr)
 
 
 def _progress_printer():

@@ -111,6 +111,6 @@ def test_without_root_dry_run_works_and_apply_changes_nothing(dry_run, raise_bud
         assert {c["target"] for s in json.loads(result.stdout)["steps"] for c in s["changes"]} == set(original)
         assert not state_dir.exists()
     else:
-        assert result.returncode == 1 and "not root?" in result.stderr and "nothing was changed" in result.stderr
+        assert result.returncode == 1 and "apply needs root" in result.stderr and "nothing was changed" in result.stderr
     assert {p: read(p) for p in original} == original
     shutil.rmtree(public)

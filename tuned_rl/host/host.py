@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -296,13 +297,27 @@ class Host:
         """``call(pid)`` on ``task``, only if its pid still belongs to it; TaskGone if it does not.
 
         Every syscall on a task goes through here (a kind of change that needs a new one
-        passes its own ``call``), so the identity check lives in one place.
+        passes its own ``call``), so the identity check lives in one place. On the live
+        host the task is pinned by a pidfd opened *before* its start time is checked, so
+        the pidfd is the task checked; after the call, the pidfd says whether that task
+        was still alive, which means its pid was still its own when the call ran.
+        (Linux has no pidfd form of sched_setaffinity or of a cgroup write: a pid that
+        is freed and reused inside the call itself is the one case left, and it is
+        reported as gone.)
         """
-        self.check_task(task)
+        pidfd = _open_pidfd(task) if self.is_live else None
         try:
-            return call(task.pid)
-        except ProcessLookupError as err:
-            raise TaskGone(f"{task.label()} has exited") from err
+            self.check_task(task)
+            try:
+                result = call(task.pid)
+            except ProcessLookupError as err:
+                raise TaskGone(f"{task.label()} has exited") from err
+            if pidfd is not None and _has_exited(pidfd):
+                raise TaskGone(f"{task.label()} exited while it was being changed")
+            return result
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
 
     def get_sched(self, task: Task) -> str:
         """Scheduling policy and priority as "SCHED_FIFO:50"."""
@@ -329,6 +344,28 @@ class Host:
             return self.read(f"/proc/{task.pid}/{name}")
         except (FileNotFoundError, ProcessLookupError) as err:
             raise TaskGone(f"{task.label()} has exited") from err
+
+
+PIDFD_THREAD = os.O_EXCL  # pidfd_open() of a thread, not only a process (Linux 6.9)
+
+
+def _open_pidfd(task: Task) -> int | None:
+    """A pidfd for the task (thread or process), or None where the kernel cannot give one."""
+    for flags in (PIDFD_THREAD, 0):
+        try:
+            return os.pidfd_open(task.pid, flags)
+        except ProcessLookupError as err:
+            raise TaskGone(f"{task.label()} has exited") from err
+        except (OSError, AttributeError):
+            continue  # EINVAL: an older kernel without PIDFD_THREAD, or a thread; ENOSYS: no pidfds
+    return None
+
+
+def _has_exited(pidfd: int) -> bool:
+    """A pidfd polls readable once its task has exited."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 _V1_CONTROLLERS = {

@@ -1,8 +1,12 @@
 """The canary: a process tuned-rl starts, placed like the workload, that wakes on a timer and works.
 
-Run as ``python -m tuned_rl.measure.canary --period-us 1000 --work-us 0``. It waits for a
-line on stdin (so the parent can place it first: CPUs, policy, cgroup), then
-loops until stdin closes; SIGUSR1 makes it start one more thread. With ``--report-schedstat`` each wake writes a
+Run as ``python -I -m tuned_rl.measure.canary --parent PID --period-us 1000 --work-us 0``
+from ``/`` (an isolated interpreter: nothing in the caller's directory or environment
+can stand in for it). It waits for a line on stdin (so the parent can place it
+first: CPUs, policy, cgroup), then loops until stdin closes; SIGUSR1 makes it start
+one more thread. It dies with its parent in every state: the kernel sends it SIGKILL
+when the parent exits (PR_SET_PDEATHSIG), even while it runs SCHED_FIFO with work to
+do and its main thread never gets to read stdin. With ``--report-schedstat`` each wake writes a
 12-byte record (thread id, run-queue wait in ns since the last wake, from
 field 2 of /proc/thread-self/schedstat) to stdout, for the schedstat probe.
 """
@@ -46,11 +50,12 @@ class Canary:
     def start(self) -> "Canary":
         import subprocess
 
-        command = [sys.executable, "-m", "tuned_rl.measure.canary", "--period-us", str(self.spec.period_us),
-                   "--work-us", str(self.spec.work_us), "--threads", str(self.spec.threads)]
+        command = [sys.executable, "-I", "-m", "tuned_rl.measure.canary", "--parent", str(os.getpid()),
+                   "--period-us", str(self.spec.period_us), "--work-us", str(self.spec.work_us),
+                   "--threads", str(self.spec.threads)]
         if self.report_schedstat:
             command.append("--report-schedstat")
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/")
         try:
             self._place(self.host.task(self.process.pid))
         except Exception:
@@ -130,13 +135,29 @@ def _run_delay(path: str) -> int:
         return int(handle.read().split()[1])
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel SIGKILL this process when ``parent`` exits; exit now if it already has."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # it died before the line above took effect
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tuned-rl-canary")
+    parser.add_argument("--parent", type=int, help="die when this process exits")
     parser.add_argument("--period-us", type=int, default=1000)
     parser.add_argument("--work-us", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--report-schedstat", action="store_true")
     args = parser.parse_args(argv)
+    if args.parent:
+        _die_with(args.parent)
     sys.stdin.readline()  # placed by the parent: go
     stop = threading.Event()
     loop = (args.period_us / 1e6, args.work_us / 1e6, args.report_schedstat, stop)

@@ -13,6 +13,7 @@ from tuned_rl.measure.canary import Canary, CanarySpec
 from tuned_rl.host import Host
 from tuned_rl.measure.probes import LatencyProbe, choose_probe
 from tuned_rl.measure.probes.schedstat import SchedstatProbe
+from tuned_rl.measure.probes.tracefs import remove_leftover_instances
 from tuned_rl.measure.stats import Summary, summarize
 from tuned_rl.measure.targets import Target, TargetError, resolve_tids
 
@@ -86,8 +87,9 @@ def attach_probe(stack: ExitStack, host: Host, target: Target, probe_name: str,
 
     Everything started is stopped when ``stack`` closes. Raises ProbeError or TargetError.
     """
+    notes = [f"removed {path}, left recording by a tuned-rl that was killed" for path in remove_leftover_instances(host)]
     probe_class, passed_over = choose_probe(probe_name, host, target.kind == "canary")
-    notes = [f"probe {probe_name} chose {probe_class.name}; passed over {p}" for p in passed_over]
+    notes += [f"probe {probe_name} chose {probe_class.name}; passed over {p}" for p in passed_over]
     if target.kind == "canary":
         running = stack.enter_context(Canary(canary or CanarySpec(), host,
                                              report_schedstat=probe_class is SchedstatProbe))

@@ -87,6 +87,16 @@ def target_problems(table: dict, host: Host) -> list[Problem]:
     if canary_keys and chosen != ["canary"]:
         return [Problem(f"target.{canary_keys[0]}", "canary settings need canary = true")]
     problems = []
+    if "pid" in table:
+        try:
+            host.task(table["pid"])
+        except LookupError:
+            problems.append(Problem("target.pid", f"no process has pid {table['pid']} on this host"))
+    if "unit" in table:
+        try:
+            unit_cgroup(host, table["unit"])
+        except TargetError as err:
+            problems.append(Problem("target.unit", str(err)))
     for key in ("cgroup", "canary_cgroup"):
         if key not in table:
             continue
@@ -119,8 +129,8 @@ def resolve_tids(host: Host, target: Target) -> set[int]:
 def unit_cgroup(host: Host, unit: str) -> str:
     """The cgroupfs directory of a systemd unit."""
     try:
-        result = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", unit],
-                                capture_output=True, text=True, timeout=10)
+        result = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", "--", unit],
+                                capture_output=True, text=True, timeout=10, cwd="/")
     except FileNotFoundError as err:
         raise TargetError("systemctl is not installed: name the unit's cgroup with cgroup:PATH") from err
     path = result.stdout.strip()

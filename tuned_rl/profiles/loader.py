@@ -102,5 +102,7 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as err:
         raise ProfileError([f"{path}: TOML syntax error: {err}"]) from err
+    except UnicodeDecodeError as err:
+        raise ProfileError([f"{path}: not a text file in UTF-8 (byte {err.start}), so not a TOML profile"]) from err
     except OSError as err:
-        raise ProfileError([f"{path}: cannot read profile: {err.strerror}"]) from err
+        raise ProfileError([f"{path}: cannot read profile: {err.strerror or err}"]) from err

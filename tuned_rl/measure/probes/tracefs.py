@@ -19,6 +19,8 @@ EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_switch", "sched_process_for
 MAX_FILTER_TIDS = 64
 REORDER_S = 0.05
 
+INSTANCE = re.compile(r"^tuned-rl-(\d+)$")
+
 _LINE = re.compile(r"\s(\d+\.\d+): (sched_\w+): (.*)$")
 _FIELD = re.compile(r"(\w+)=(\S*)")
 
@@ -103,19 +105,13 @@ class TracefsProbe(LatencyProbe):
         return total
 
     def stop(self) -> None:
-        directory = self.host.path(self.instance)
-        if not directory.exists():
+        if not self.host.path(self.instance).exists():
             return
         if self._fd is not None:
             self._lost_at_stop = self.lost
             os.close(self._fd)
             self._fd = None
-        for event in EVENTS:
-            try:
-                self._write(f"events/sched/{event}/enable", "0")
-            except OSError:
-                pass
-        os.rmdir(directory)
+        _remove_instance(self.host, self.instance)
 
     # -- internals -------------------------------------------------------------
 
@@ -173,3 +169,43 @@ def _parse(line: bytes) -> tuple[float, str, dict] | None:
     if not match:
         return None
     return float(match[1]), match[2], dict(_FIELD.findall(match[3]))
+
+
+def remove_leftover_instances(host: Host) -> list[str]:
+    """Remove the trace instances of tuned-rl runs that were killed (their pid is gone, or is no
+    tuned-rl now): left alone, they would record sched events for good. Returns their paths."""
+    try:
+        entries = sorted(host.path(f"{TRACING}/instances").iterdir())
+    except OSError:
+        return []  # no tracefs here, or not root: there is nothing this run could remove
+    removed = []
+    for entry in entries:
+        match = INSTANCE.match(entry.name)
+        if match is None or _is_running_tuned_rl(host, int(match.group(1))):
+            continue
+        instance = f"{TRACING}/instances/{entry.name}"
+        try:
+            _remove_instance(host, instance)
+        except OSError:
+            continue  # another tuned-rl removed it meanwhile
+        removed.append(instance)
+    return removed
+
+
+def _is_running_tuned_rl(host: Host, pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        process = host.process(pid)
+    except LookupError:
+        return False
+    return "tuned_rl" in process.cmdline or "tuned-rl" in process.cmdline
+
+
+def _remove_instance(host: Host, instance: str) -> None:
+    for event in EVENTS:
+        try:
+            host.write(f"{instance}/events/sched/{event}/enable", "0")
+        except OSError:
+            pass
+    os.rmdir(host.path(instance))
