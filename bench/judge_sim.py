@@ -1,16 +1,22 @@
-"""How often does the judge call a regression when there is none, and how often does it see a real one?
+"""How often does the verdict call a regression when there is none, how often does it see a real one, how long does it take?
 
-    .venv/bin/python bench/judge_sim.py [--trials 1000] [--real bench/data/canary_windows.npz]
+    .venv/bin/python bench/judge_sim.py [--trials 1000] [--events 1000 16000] [--design switchback fixed]
 
-Each trial builds a before arm and an after arm of windows at the default window budget
-([verify] defaults) and asks the judge. Printed: the false regression rate on A/A pairs
-(no change at all) with heavy tails, with bursty noise, and on windows the real BPF probe
-recorded (consecutive blocks, in time order); and the detection rate of a true 1.5x and
-2x p999 regression (every value of the after arm scaled).
+Simulated windows of 1 s: a run-queue-latency-like sample (20 µs lognormal body, a
+Pareto(1.5) tail) with, as ../shared/JUDGE-NOTES.md has them,
+- "bursty" noise: lognormal(0.25) window-to-window scale jitter and a 3x window with
+  probability 5%;
+- drift: +0.5 in log scale (about x1.65 on p999) over the first 30 s, linear, or
+  saturating-exponential (three times faster at the start), on top of the bursts.
 
-The "drift" recording was made while CPU-heavy jobs started and stopped on the machine:
-consecutive before/after blocks then differ for reasons no judge can tell from an effect,
-which is what interleaved rounds (A B A B) are for.
+Designs: "switchback" (the default verdict: 3 windows without the step, then blocks
+alternating with / without it, each one dropped settling window and 4 kept windows, a
+look after each, at most 10 blocks; tuned_rl/measure/switchback.py) and "fixed" (15
+windows without, then 15 with, the rank-test judge of tuned_rl/measure/judge.py).
+Printed per case: the share judged a regression, the share inconclusive, the median
+seconds of measurement a step took; and five consecutive harmless steps' total
+(switchback reuses a kept step's last block as the next step's baseline). Real
+windows recorded by the BPF probe (bench/record_windows.py) are replayed in time order.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ import time
 
 import numpy as np
 
-from tuned_rl.measure.judge import REGRESSION, JudgeSettings, judge
+from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, JudgeSettings, judge
 from tuned_rl.measure.settings import DEFAULT_VERIFY
+from tuned_rl.measure.switchback import SwitchbackSettings, Window, look
 
-EVENTS_PER_WINDOW = 1000  # a default canary wakes 1,000 times a second; windows are 1 s
+FIXED_WINDOWS = 15
+EVENTS_PER_WINDOW = 1000  # the old default canary's rate, for tests/test_judge.py
 
 
 def heavy_tail(rng, n: int, scale: float = 1.0) -> np.ndarray:
@@ -35,82 +43,189 @@ def heavy_tail(rng, n: int, scale: float = 1.0) -> np.ndarray:
     return (body * scale).astype(np.int64)
 
 
-def synthetic_arm(rng, windows: int, scale: float, bursty: bool) -> list[np.ndarray]:
-    arm = []
-    for _ in range(windows):
-        jitter = 1.0
-        if bursty:
-            jitter = rng.lognormal(0, 0.25)  # window-to-window scale jitter
-            if rng.random() < 0.05:
-                jitter *= 3  # an occasional 3x window: another tenant's burst
-        arm.append(heavy_tail(rng, EVENTS_PER_WINDOW, scale * jitter))
-    return arm
+def synthetic_arm(rng, windows: int, scale: float, bursty: bool, events: int = EVENTS_PER_WINDOW) -> list[np.ndarray]:
+    """Windows of one arm with no drift (tests/test_judge.py uses it)."""
+    return [heavy_tail(rng, events, scale * (_jitter(rng) if bursty else 1.0)) for _ in range(windows)]
 
 
-def rate(trials: int, make_pair, settings: JudgeSettings) -> tuple[float, float]:
-    """Share of trials judged a regression, and the median time one judgement took (s)."""
-    hits, times = 0, []
+def _jitter(rng) -> float:
+    jitter = rng.lognormal(0, 0.25)
+    return jitter * 3 if rng.random() < 0.05 else jitter
+
+
+def drift(kind: str, t: float) -> float:
+    """Log-scale drift at second t: +0.5 over the first 30 s."""
+    if kind == "linear":
+        return 0.5 * min(t, 30) / 30
+    if kind == "exp":
+        return 0.5 * (1 - np.exp(-3 * t / 30)) / (1 - np.exp(-3))
+    return 0.0
+
+
+class SyntheticSource:
+    """Windows of a target at a clock: bursts, drift, and the step's effect when it is in place."""
+
+    def __init__(self, rng, rate: int, drift_kind: str, effect: float, window_seconds: float = 1.0,
+                 stalls: float = 0.0):
+        self.rng, self.rate, self.drift_kind, self.effect = rng, rate, drift_kind, effect
+        self.stalls = stalls  # with the step, this share of events waits 300 ms (an RT budget cut)
+        self.window_seconds, self.clock = window_seconds, 0.0
+        self._jitters: dict[int, float] = {}
+
+    def window(self, with_step: bool) -> Window:
+        # Bursts last a second whatever the window: shorter windows see the same burst twice.
+        second = int(self.clock)
+        jitter = self._jitters.setdefault(second, _jitter(self.rng))
+        scale = np.exp(drift(self.drift_kind, self.clock)) * jitter * (self.effect if with_step else 1)
+        events = int(self.rate * self.window_seconds)
+        values = heavy_tail(self.rng, events, scale)
+        if with_step and self.stalls:
+            values[self.rng.random(events) < self.stalls] = 300_000_000
+        window = Window(values, with_step, self.clock + self.window_seconds / 2)
+        self.clock += self.window_seconds
+        return window
+
+    def skip(self, seconds: float) -> None:
+        self.clock += seconds
+
+
+class RecordedSource:
+    """Recorded windows replayed in time order (``merge`` of them to a window); the step's effect
+    scales the windows it covers."""
+
+    def __init__(self, recorded: list[np.ndarray], start: int, effect: float, seconds: float = 1.0, merge: int = 1):
+        self.recorded, self.index, self.effect, self.merge = recorded, start, effect, merge
+        self.window_seconds, self.clock = seconds * merge, 0.0
+
+    def window(self, with_step: bool) -> Window:
+        values = np.concatenate([self.recorded[(self.index + i) % len(self.recorded)] for i in range(self.merge)])
+        window = Window(values * self.effect if with_step else values, with_step,
+                        self.clock + self.window_seconds / 2)
+        self.index += self.merge
+        self.clock += self.window_seconds
+        return window
+
+    def skip(self, seconds: float) -> None:
+        quarters = round(seconds / (self.window_seconds / self.merge))
+        self.index += quarters
+        self.clock += seconds
+
+
+VERIFY = DEFAULT_VERIFY  # --block-windows and the like replace them
+SWITCHBACK = DEFAULT_VERIFY.switchback_settings()
+
+
+def switchback_step(source, settings: SwitchbackSettings, baseline: list[Window] | None):
+    """One step verified the switchback way; returns (outcome, seconds measured, its last block if kept)."""
+    verify = VERIFY
+    started = source.clock
+    windows = [dataclasses.replace(w, with_step=False, block=0) for w in baseline] if baseline else \
+        [source.window(False) for _ in range(verify.baseline_windows)]
+    with_step, last_block, decision = False, [], None
+    for block in range(1, settings.max_blocks + 1):
+        with_step = not with_step
+        source.skip(verify.settle_seconds)  # settling, dropped
+        last_block = [dataclasses.replace(source.window(with_step), block=block) for _ in range(verify.block_windows)]
+        windows = windows + last_block
+        decision = look(windows, block, settings)
+        if decision.outcome is not None:
+            break
+    kept = decision.outcome != REGRESSION
+    reuse = last_block if kept and with_step else None
+    if kept and not with_step:  # ended without the step: it is applied again, and that block is unusable
+        reuse = None
+    return decision.outcome, source.clock - started, reuse
+
+
+def fixed_step(source, settings: JudgeSettings):
+    started = source.clock
+    before = [source.window(False).values for _ in range(FIXED_WINDOWS)]
+    source.skip(DEFAULT_VERIFY.settle_seconds)
+    after = [source.window(True).values for _ in range(FIXED_WINDOWS)]
+    return judge(before, after, settings).outcome, source.clock - started, None
+
+
+def run_case(design: str, make_source, trials: int, steps: int = 1) -> tuple[float, float, float]:
+    """Share judged regression, share inconclusive (of all steps), median seconds per trial."""
+    outcomes, seconds = [], []
     for trial in range(trials):
-        before, after = make_pair(trial)
-        started = time.perf_counter()
-        hits += judge(before, after, settings).outcome == REGRESSION
-        times.append(time.perf_counter() - started)
-    return hits / trials, float(np.median(times))
+        source, baseline, started = make_source(trial), None, 0.0
+        for _ in range(steps):
+            if design == "switchback":
+                outcome, _, baseline = switchback_step(source, SWITCHBACK, baseline)
+            else:
+                outcome, _, _ = fixed_step(source, JudgeSettings())
+            outcomes.append(outcome)
+        seconds.append(source.clock - started)
+    return (outcomes.count(REGRESSION) / len(outcomes), outcomes.count(INCONCLUSIVE) / len(outcomes),
+            float(np.median(seconds)))
 
 
-def real_pairs(path: str, windows: int, seed: int):
-    """A/A pairs cut from windows the real probe recorded: consecutive blocks, in time order."""
-    data = np.load(path)
-    recorded = [data[key] for key in sorted(data.files, key=lambda k: int(k.split("_")[1]))]
-    rng = np.random.default_rng(seed)
+def load_recorded(path: str) -> tuple[list[np.ndarray], float] | None:
+    """The windows of a recording in time order, and their length (s).
 
-    def pair(trial):
-        start = rng.integers(0, len(recorded) - 2 * windows + 1)
-        block = recorded[start:start + 2 * windows]
-        return block[:windows], block[windows:]
-    return pair, len(recorded)
+    Recordings keep each window's largest events and its count (bench/record_windows.py):
+    the rest come back as 1 ns, below anything the statistics read.
+    """
+    try:
+        data = np.load(path)
+    except FileNotFoundError:
+        return None
+    count = len([k for k in data.files if k.startswith("count_")])
+    windows = [np.concatenate([np.ones(int(data[f"count_{i}"]) - len(data[f"top_{i}"]), dtype=np.int64),
+                               data[f"top_{i}"]]) for i in range(count)]
+    return windows[1:], float(data["window_seconds"])  # the first window starts mid-drain: left out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--real", default="bench/data/canary_windows.npz")
-    parser.add_argument("--drift", default="bench/data/canary_windows_drift.npz",
-                        help="windows recorded while CPU-heavy jobs started and stopped")
-    parser.add_argument("--windows", type=int, default=DEFAULT_VERIFY.windows, help="per arm (explore)")
-    parser.add_argument("--tolerance", type=float, default=DEFAULT_VERIFY.tolerance, help="(explore)")
+    parser.add_argument("--rate", type=int, nargs="+", default=[1000, 8000], help="events per second")
+    parser.add_argument("--window-seconds", type=float, default=DEFAULT_VERIFY.window_seconds)
+    parser.add_argument("--block-windows", type=int, default=DEFAULT_VERIFY.block_windows, help="(explore)")
+    parser.add_argument("--max-blocks", type=int, default=DEFAULT_VERIFY.max_blocks, help="(explore)")
+    parser.add_argument("--early-p", type=float, default=SwitchbackSettings.early_p, help="(explore)")
+    parser.add_argument("--design", nargs="+", default=["switchback", "fixed"], choices=["switchback", "fixed"])
+    parser.add_argument("--recorded", nargs="*", default=["bench/data/canary8k_quiet.npz",
+                                                           "bench/data/canary8k_jobs.npz"],
+                        help="recordings of bench/record_windows.py, replayed at --window-seconds")
     args = parser.parse_args()
-    settings = dataclasses.replace(DEFAULT_VERIFY.judge_settings(), tolerance=args.tolerance)
-    windows = args.windows
-    print(f"judge defaults: {settings.metric}, tolerance {settings.tolerance:.0%}, confidence "
-          f"{settings.confidence:.0%}; {windows} windows of {EVENTS_PER_WINDOW} events per arm; "
-          f"{args.trials} trials each")
-    rows = []
-    for label, scale, bursty in [("A/A heavy tail", 1.0, False), ("A/A bursty (jitter + 3x windows)", 1.0, True),
-                                 ("2x regression, heavy tail", 2.0, False), ("2x regression, bursty", 2.0, True),
-                                 ("1.5x regression, heavy tail", 1.5, False), ("1.5x regression, bursty", 1.5, True)]:
-        rng = np.random.default_rng(args.seed)
-        pair = lambda trial: (synthetic_arm(rng, windows, 1.0, bursty),  # noqa: E731
-                              synthetic_arm(rng, windows, scale, bursty))
-        rows.append((label, *rate(args.trials, pair, settings)))
-    try:
-        pair, recorded = real_pairs(args.real, windows, args.seed)
-        rows.append((f"A/A real probe windows ({recorded} recorded)", *rate(args.trials, pair, settings)))
-        doubled = lambda trial: (lambda b, a: (b, [w * 2 for w in a]))(*pair(trial))  # noqa: E731
-        rows.append(("2x regression on real windows", *rate(args.trials, doubled, settings)))
-    except FileNotFoundError:
-        print(f"({args.real} not found: record it with bench/record_windows.py)")
-    try:
-        pair, recorded = real_pairs(args.drift, windows, args.seed)
-        rows.append((f"A/A real windows with drift ({recorded}; other jobs came and went)",
-                     *rate(args.trials, pair, settings)))
-    except FileNotFoundError:
-        pass
-    width = max(len(r[0]) for r in rows)
-    print(f"{'case':<{width}}  judged regression  median judge time")
-    for label, share, seconds in rows:
-        print(f"{label:<{width}}  {share:>17.1%}  {seconds * 1000:>14.1f} ms")
+    global VERIFY, SWITCHBACK
+    VERIFY = dataclasses.replace(DEFAULT_VERIFY, block_windows=args.block_windows, max_blocks=args.max_blocks)
+    SWITCHBACK = dataclasses.replace(VERIFY.switchback_settings(), early_p=args.early_p)
+    cases = [("A/A bursty", "none", 1.0, 1, 0), ("A/A bursty, linear drift", "linear", 1.0, 1, 0),
+             ("A/A bursty, exponential drift", "exp", 1.0, 1, 0), ("2x regression, bursty", "none", 2.0, 1, 0),
+             ("1.5x regression, bursty", "none", 1.5, 1, 0), ("100x improvement, bursty", "none", 0.01, 1, 0),
+             ("0.2% of waits 300 ms (RT cut), bursty", "none", 1.0, 1, 0.002),
+             ("five harmless steps, exponential drift", "exp", 1.0, 5, 0)]
+    print(f"{args.trials} trials per case; windows of {args.window_seconds:g} s")
+    print(f"{'design':<11} {'ev/s':>6}  {'case':<40} {'regression':>10} {'inconclusive':>12} {'seconds':>8}")
+    for design in args.design:
+        for rate in args.rate:
+            for label, drift_kind, effect, steps, stalls in cases:
+                rng = np.random.default_rng(args.seed)
+                started = time.perf_counter()
+                share, undecided, seconds = run_case(
+                    design, lambda trial: SyntheticSource(rng, rate, drift_kind, effect, args.window_seconds, stalls),
+                    args.trials, steps)
+                print(f"{design:<11} {rate:>6}  {label:<40} {share:>10.1%} {undecided:>12.1%} {seconds:>8.0f}"
+                      f"   ({time.perf_counter() - started:.0f} s)", flush=True)
+        for path in args.recorded:
+            loaded = load_recorded(path)
+            if loaded is None:
+                print(f"({path} not found: record it with bench/record_windows.py)")
+                continue
+            recorded, recorded_seconds = loaded
+            merge = max(1, round(args.window_seconds / recorded_seconds))
+            rng = np.random.default_rng(args.seed)
+            for effect, steps, name in ((1.0, 1, "A/A"), (2.0, 1, "2x regression"), (1.0, 5, "five harmless steps")):
+                share, undecided, seconds = run_case(
+                    design, lambda trial: RecordedSource(recorded, int(rng.integers(len(recorded))), effect,
+                                                         recorded_seconds, merge), args.trials, steps)
+                label = f"{name}, {path.rsplit('/', 1)[-1]}"
+                print(f"{design:<11} {'rec':>6}  {label:<40} {share:>10.1%} {undecided:>12.1%} {seconds:>8.0f}",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tuned_rl.core.agent import Agent
 from tuned_rl.host import Host
@@ -12,6 +13,7 @@ from tuned_rl.core.plugin_host import load_plugins
 from tuned_rl.profiles.loader import load_profile
 from tuned_rl.measure.targets import Target
 from tuned_rl.core.verify import Verifier
+from tuned_rl.measure.probes import ProbeError
 from tuned_rl.measure.settings import VerifySettings
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
@@ -21,30 +23,35 @@ SWAPPINESS = "/proc/sys/vm/swappiness"
 
 
 class StateProbe:
-    """Each drain returns one window of events whose scale depends on the state."""
+    """Each drain returns one window of events whose scale depends on the state (and on time, for drift);
+    the drain numbered ``fail_at`` raises as a broken probe would."""
 
     name = "fake"
 
-    def __init__(self, scale_of_state):
-        self.scale_of_state, self.lost = scale_of_state, 0
+    def __init__(self, scale_of_state, events: int = 4000, fail_at: int | None = None):
+        self.scale_of_state, self.lost, self.events, self.fail_at = scale_of_state, 0, events, fail_at
         self.rng = np.random.default_rng(11)
+        self.drains = 0
 
     def drain(self):
-        values = heavy_tail(self.rng, 1000, self.scale_of_state())
+        self.drains += 1
+        if self.drains == self.fail_at:
+            raise ProbeError("the ring buffer could not be read")
+        values = heavy_tail(self.rng, self.events, self.scale_of_state())
         return np.zeros(len(values), dtype=np.int64), values
 
     def watch(self, tids):
         pass
 
 
-def verifier_with(scale_of_state, **settings):
+def verifier_with(scale_of_state, probe=None, **settings):
     verifier = Verifier(Host("/nonexistent"), Target("canary"), None,
                         VerifySettings(window_seconds=0.001, settle_seconds=0, **settings))
-    verifier._probe = StateProbe(scale_of_state)
+    verifier._probe = probe or StateProbe(scale_of_state)
     return verifier
 
 
-def run_step(verifier, harm: float):
+def run_step(verifier, harm: float, drift=lambda drains: 1.0):
     state = {"applied": False, "applies": 0, "reverts": 0}
 
     def apply():
@@ -53,42 +60,90 @@ def run_step(verifier, harm: float):
     def revert():
         state["applied"], state["reverts"] = False, state["reverts"] + 1
 
-    verifier._probe.scale_of_state = lambda: harm if state["applied"] else 1.0
+    probe = verifier._probe
+    probe.scale_of_state = lambda: (harm if state["applied"] else 1.0) * drift(probe.drains)
     return verifier.verify("step", apply, revert), state
 
 
-def test_a_harmful_step_is_reverted_and_a_harmless_one_kept():
-    verifier = verifier_with(lambda: 1.0)
+@pytest.mark.parametrize("design", ["switchback", "before-after"])
+def test_a_harmful_step_is_reverted_and_a_harmless_one_kept(design):
+    verifier = verifier_with(lambda: 1.0, design=design)
     result, state = run_step(verifier, harm=3.0)
     assert result.outcome == "reverted" and not state["applied"]
     result, state = run_step(verifier, harm=1.0)
     assert result.outcome == "kept" and state["applied"]
 
 
-def test_the_measurement_after_a_kept_step_is_the_next_steps_baseline():
+def test_a_large_improvement_is_decided_after_one_block_and_its_block_is_the_next_baseline():
     verifier = verifier_with(lambda: 1.0)
-    first, _ = run_step(verifier, harm=1.0)
+    first, state = run_step(verifier, harm=0.01)  # RT throttling lifted: 100x better
+    assert first.outcome == "kept" and state == {"applied": True, "applies": 1, "reverts": 0}
+    assert first.verdict.windows == 2 + 2 and [b["block"] for b in first.blocks] == [1]
     second, _ = run_step(verifier, harm=1.0)
     assert not first.reused_baseline and second.reused_baseline
-    assert second.before is first.after
+    assert second.before.windows[:2] == first.after.windows[-2:]
+
+
+def test_a_harmless_step_on_a_drifting_target_is_not_reverted_but_before_after_would_be():
+    # The target's tail grows 3% a window (x2.4 over a 30-window measurement), as a workload
+    # started beside CPU-bound jobs does; the step itself does nothing.
+    drift = lambda drains: 1.03 ** drains  # noqa: E731
+    result, state = run_step(verifier_with(lambda: 1.0), harm=1.0, drift=drift)
+    assert result.outcome in ("kept", "inconclusive") and state["applied"]
+    fixed, state = run_step(verifier_with(lambda: 1.0, design="before-after"), harm=1.0, drift=drift)
+    assert fixed.outcome == "reverted"  # what a before/after comparison makes of drift
+
+
+def test_a_regression_under_drift_is_still_seen():
+    drift = lambda drains: 1.03 ** drains  # noqa: E731
+    result, state = run_step(verifier_with(lambda: 1.0), harm=3.0, drift=drift)
+    assert result.outcome == "reverted" and not state["applied"]
 
 
 def test_too_few_samples_is_inconclusive_and_kept_or_reverted_by_policy():
-    keep = verifier_with(lambda: 1.0, min_samples=10**6)
+    keep = verifier_with(lambda: 1.0, min_samples=10**6, max_blocks=2)
     result, state = run_step(keep, harm=1.0)
-    assert result.outcome == "inconclusive" and state["applied"]
-    revert = verifier_with(lambda: 1.0, min_samples=10**6, on_inconclusive="revert")
+    assert result.outcome == "inconclusive" and state["applied"] and "too few samples" in result.verdict.reason
+    revert = verifier_with(lambda: 1.0, min_samples=10**6, max_blocks=2, on_inconclusive="revert")
     result, state = run_step(revert, harm=1.0)
     assert result.outcome == "reverted" and not state["applied"]
 
 
 def test_rounds_alternate_and_report_each_round():
-    verifier = verifier_with(lambda: 1.0, rounds=3, windows=9)
+    verifier = verifier_with(lambda: 1.0, design="before-after", rounds=3, windows=9)
     result, state = run_step(verifier, harm=3.0)
     assert (state["applies"], state["reverts"]) == (3, 3)  # A B A B A B, then the regression is reverted
     assert [r["round"] for r in result.rounds] == [1, 2, 3]
-    assert len(result.before.windows) == 3 * 3  # 4 windows a block, the first after each switch discarded
+    assert len(result.before.windows) == 3 * 3  # the settling window after each switch is dropped
     assert result.outcome == "reverted" and not state["applied"]
+
+
+# Drains, counted from 1: the baseline's 3 windows, then each block's dropped window and 4 kept.
+@pytest.mark.parametrize("fail_at, where", [(1, "baseline"), (4, "settling after apply"), (6, "with the step"),
+                                            (9, "settling after revert"), (11, "without the step, block 2")])
+def test_a_probe_failure_at_any_point_leaves_the_step_applied_and_says_so(fail_at, where):
+    verifier = verifier_with(lambda: 1.0, probe=StateProbe(lambda: 1.0, fail_at=fail_at))
+    with pytest.raises(ProbeError):
+        run_step(verifier, harm=1.0)
+    state = {"applied": False}
+    verifier._probe.scale_of_state = lambda: 1.0
+    with pytest.raises(ProbeError, match="the probe failed"):  # and it is not trusted again
+        verifier.verify("next", lambda: state.update(applied=True), lambda: state.update(applied=False))
+    assert state["applied"]
+
+
+@pytest.mark.parametrize("fail_at", [1, 4, 6, 9, 11])
+def test_the_agent_reports_a_step_whose_probe_failed_as_applied_and_journals_it_done(fail_at, tree, profile_file,
+                                                                                     state_dir):
+    agent = Agent(load_plugins(), tree.host, Journal(state_dir))
+    profile = load_profile(profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
+    step = load_plugins().plan(profile, tree.host)[0]
+    verifier = verifier_with(lambda: 1.0, probe=StateProbe(lambda: 1.0, fail_at=fail_at))
+    report = agent._apply_step(0, step, "label", verifier, "")
+    assert report.outcome == "applied" and "not verified: the probe failed" in report.reason
+    assert "the step is applied" in report.reason
+    assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "900000"
+    assert [r.state for r in Journal(state_dir).records()] == ["done"]
 
 
 class FakeVerifier:

@@ -45,9 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="length of each window (default %(default)s)")
     measure.add_argument("--probe", choices=PROBE_CHOICES, default="auto", help="default %(default)s")
     canary = measure.add_argument_group("canary (with --target canary)")
-    canary.add_argument("--canary-period-us", type=_positive(int), default=1000, help="wake every (default %(default)s)")
+    canary.add_argument("--canary-period-us", type=_positive(int), default=CanarySpec.period_us,
+                        help="wake every (default %(default)s)")
     canary.add_argument("--canary-work-us", type=_non_negative_int, default=0, help="busy work per wake")
-    canary.add_argument("--canary-threads", type=_positive(int), default=1)
+    canary.add_argument("--canary-threads", type=_positive(int), default=CanarySpec.threads,
+                        help="waking threads (default %(default)s)")
     canary.add_argument("--canary-cpus", help="CPU list to pin the canary to, e.g. 0 or 2-3")
     canary.add_argument("--canary-policy", choices=sorted(SCHED_POLICIES), default="SCHED_OTHER")
     canary.add_argument("--canary-priority", type=_non_negative_int, default=0, help="1-99 for FIFO/RR")

@@ -7,7 +7,7 @@ then throttled for half of every second and the canary waits hundreds of millise
 tuned-rl sees the canary's p999 jump, reverts the step, and the budget is 950000 again
 before `apply` returns.
 
-    sudo .venv/bin/python bench/scenarios/harmful_step.py
+    sudo .venv/bin/python bench/scenarios/harmful_step.py [--runs 20]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import Outcome, main_once  # noqa: E402
+from lab import Outcome, main_once, main_runs  # noqa: E402
 from rt_throttling import run_budget_change  # noqa: E402
 
 
@@ -25,4 +25,4 @@ def run(state_dir: Path) -> Outcome:
 
 
 if __name__ == "__main__":
-    main_once(run)
+    main_runs(run) if "--runs" in sys.argv else main_once(run)

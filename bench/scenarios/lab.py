@@ -74,9 +74,13 @@ def processes(commands: list[list[str]], setup=None):
         yield started
     finally:
         for process in started:
-            process.kill()
+            process.terminate()  # SIGTERM first: the workload removes its shared memory
         for process in started:
-            process.wait()
+            try:
+                process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def hog_command() -> list[str]:
@@ -136,3 +140,19 @@ def main_once(run) -> None:
     print(result.row())
     print(result.report["steps"][-1]["reason"])
     print(json.dumps(result.report, indent=1))
+
+
+def main_runs(run) -> None:
+    """``--runs N``: run a scenario N times and tally its decisions."""
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    print(HEADER, flush=True)
+    decisions = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as state:
+            result = run(Path(state))
+        decisions.append(result.decision)
+        print(result.row(), flush=True)
+    print(", ".join(f"{d} {decisions.count(d)}" for d in sorted(set(decisions))) + f" of {args.runs}")

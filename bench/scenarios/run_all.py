@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import drifting_target  # noqa: E402
 import harmful_step  # noqa: E402
 import harmless_step  # noqa: E402
 import rt_throttling  # noqa: E402
@@ -18,7 +19,8 @@ from lab import HEADER  # noqa: E402
 
 def main() -> None:
     print(HEADER, flush=True)
-    for run in (rt_throttling.run, harmful_step.run, harmless_step.run):
+    for run in (rt_throttling.run, harmful_step.run, harmless_step.run, drifting_target.run,
+                lambda state: drifting_target.run(state, "ramp")):
         with tempfile.TemporaryDirectory() as state:
             result = run(Path(state))
         print(result.row(), flush=True)

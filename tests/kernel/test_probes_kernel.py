@@ -145,3 +145,27 @@ def test_doctor_says_the_bpf_probe_runs_here(state_dir):
     status, out, _ = run_cli("doctor", "--json", root=None, state_dir=state_dir)
     report = json.loads(out)
     assert status == 0 and report["auto"] == "bpf" and report["probes"][0]["can_run"]
+
+
+@pytest.mark.parametrize("variant", ["raw", "classic"])
+def test_both_programs_see_the_same_canary_and_count_their_missed_runs(variant):
+    # raw: raw tracepoints, the thread id read at the offset this kernel's BTF gives; classic:
+    # tracepoint arguments. A wrong offset would match no thread (or the wrong ones).
+    with Canary(CanarySpec(period_us=1000, threads=2), Host()) as canary:
+        probe = BpfProbe(variant=variant)
+        probe.start(canary.tids())
+        try:
+            measurement = record_windows(probe, canary.tids, 2, 1.0)
+            lost, waking = probe.lost, canary.tids() - {canary.process.pid}
+        finally:
+            probe.stop()
+    assert probe.variant == variant
+    assert measurement.tids == waking and len(waking) == 2  # the two waking threads, nothing else
+    assert 2 * 2 * 800 < len(measurement.values) and lost == 0
+
+
+def test_auto_takes_raw_tracepoints_here_and_btf_gives_the_thread_id_offset():
+    from tuned_rl.measure.probes.bpf import _raw_tracepoints_usable
+    from tuned_rl.measure.probes.btf import member_offset
+    assert _raw_tracepoints_usable()
+    assert 0 < member_offset("task_struct", "pid") < member_offset("task_struct", "tgid")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 import time
@@ -198,8 +199,8 @@ class Agent:
             undone = "step reverted" if not left else (f"reverting it failed too: {left[0]['target']}: "
                                                        f"{left[0]['reason']} (`tuned-rl rollback` retries)")
             return self._step_report(step, "failed", f"{_describe_error(err)}; {undone}", None, _tasks(gone))
-        except ProbeError as err:  # the change is in place; only its measurement failed
-            result, unverified = None, f"not verified: the probe failed: {err}"
+        except ProbeError as err:  # the verifier left the step applied; only its measurement failed
+            result, unverified = None, f"not verified: {err}; the step is applied"
         changes = [c for c in record.changes if c.identity() not in gone_ids]
         if result is not None and not result.keep:
             self._undo_record(record, force=True)
@@ -229,9 +230,13 @@ class Agent:
             reason += "; kept (on_inconclusive = keep)"
         report = self._step_report(step, result.outcome, reason, changes, gone)
         report.before, report.after = result.figures()
-        report.verdict = {"outcome": result.verdict.outcome, "p_value": result.verdict.p_value,
-                          "ratio": None if result.verdict.ratio == float("inf") else float(f"{result.verdict.ratio:.4g}")}
+        verdict = result.verdict
+        report.verdict = {"outcome": verdict.outcome, "p_value": _sig(verdict.p_value), "ratio": _sig(verdict.ratio)}
+        if verdict.effect is not None:
+            report.verdict.update(effect=_sig(math.exp(verdict.effect)), effect_upper=_sig(math.exp(verdict.upper)),
+                                  windows=verdict.windows, seconds=round(verdict.seconds, 1))
         report.reused_baseline, report.rounds = result.reused_baseline, result.rounds or None
+        report.blocks = result.blocks or None
         return report
 
     def _write_change(self, change: Change, value) -> None:
@@ -412,6 +417,13 @@ class Agent:
         return StepReport(self._plugin(step), step.title,
                           [ChangeReport(c.label(), c.handler.show(c.before), c.handler.show(c.after)) for c in shown],
                           outcome, reason, phase=self.plugins.phase_of(step.table), gone=gone, notes=list(step.notes))
+
+
+def _sig(value: float | None) -> float | None:
+    """Four significant figures (0.0003 is not 0.0); None for what is not a number."""
+    if value is None or math.isinf(value) or math.isnan(value):
+        return None
+    return float(f"{value:.4g}")
 
 
 def _tasks(changes: list[Change]) -> int:

@@ -35,6 +35,7 @@ class StepReport:
     verdict: dict | None = None  # the judge's p-value and ratio
     reused_baseline: bool = False  # "before" is the previous step's measurement
     rounds: list[dict] | None = None  # each round's figures, with [verify] rounds > 1
+    blocks: list[dict] | None = None  # each switchback block's figures
     phase: str | None = None  # when the step runs (tuned_rl.core.phases)
     gone: int = 0  # tasks that exited (or whose pid was reused) before they could be changed
     notes: list[str] = field(default_factory=list)  # what the plugin says beside the step
@@ -52,6 +53,8 @@ class StepReport:
                         reused_baseline=self.reused_baseline)
         if self.rounds:
             data["rounds"] = self.rounds
+        if self.blocks:
+            data["blocks"] = self.blocks
         return data
 
 
@@ -100,6 +103,10 @@ def _rows_of(step: StepReport) -> list[tuple[str, str, str]]:
     rows += [("", "", f"note: {note}") for note in step.notes]
     if step.reason:
         rows.append(("", "", f"({step.reason})"))
+    if step.verdict and step.verdict.get("effect") is not None:
+        v = step.verdict
+        rows.append(("", "", f"tail with the step x{v['effect']:.3g} of without (at most x{v['effect_upper']:.3g}), "
+                             f"drift allowed for; {v['windows']} windows, {v['seconds']:g} s"))
     for figures in step.rounds or []:
         rows.append(("", "", f"round {figures['round']}: p999 {format_us(figures['before']['p999_us'])} -> "
                              f"{format_us(figures['after']['p999_us'])}"))

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import math
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.host import Host
+from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, Verdict, judge
 from tuned_rl.measure.measurement import Measurement, attach_probe, record_windows
-from tuned_rl.measure.probes import LatencyProbe
-from tuned_rl.measure.stats import summarize
-from tuned_rl.measure.targets import Target
+from tuned_rl.measure.probes import LatencyProbe, ProbeError
 from tuned_rl.measure.settings import VerifySettings
+from tuned_rl.measure.stats import QUANTILES, quantile, summarize
+from tuned_rl.measure.switchback import Window, look
+from tuned_rl.measure.targets import Target, TargetError
 
 Progress = Callable[[str], None]
 
@@ -32,7 +32,8 @@ class StepVerdict:
     before: Measurement
     after: Measurement
     reused_baseline: bool = False
-    rounds: list[dict] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)  # before-after design with rounds > 1
+    blocks: list[dict] = field(default_factory=list)  # switchback design: each block's figures
 
     def figures(self) -> tuple[dict, dict]:
         return _figures(self.before), _figures(self.after)
@@ -41,9 +42,13 @@ class StepVerdict:
 class Verifier:
     """Holds a probe (and the canary, if the target is one) for the whole of an apply.
 
-    ``verify(apply, revert)`` measures, applies, settles, measures again and judges;
-    with ``rounds`` > 1 it alternates A B A B, discarding the first window after each
-    switch. It leaves the step applied if kept and reverted otherwise.
+    ``verify(apply, revert)`` judges one step and leaves it applied if kept, reverted
+    otherwise. The default design alternates without and with the step in blocks and
+    stops as soon as the evidence decides (measure/switchback.py); ``design =
+    "before-after"`` measures a fixed number of windows without, then with it (and
+    with ``rounds`` > 1 alternates A B A B). If the probe fails at any point, the step
+    is left applied (as with --no-verify), the error is raised, and the verifier is
+    not used again: the report then says the step is applied and not verified.
     """
 
     def __init__(self, host: Host, target: Target, canary: CanarySpec | None, settings: VerifySettings,
@@ -55,6 +60,7 @@ class Verifier:
         self._tid_source: Callable[[], set[int]] = lambda: set()
         self.baseline: Measurement | None = None  # the host as it is now, if measured since the last change
         self.notes: list[str] = []
+        self.failed: str | None = None  # why the probe stopped working, once it has
 
     def __enter__(self) -> "Verifier":
         try:
@@ -68,43 +74,95 @@ class Verifier:
     def __exit__(self, *exc) -> None:
         self._stack.close()
 
-    def seconds_per_step(self) -> float:
-        s = self.settings
-        if s.rounds == 1:
-            return 2 * s.windows * s.window_seconds + s.settle_seconds
-        return 2 * s.rounds * (self._block_windows() * s.window_seconds) + s.rounds * s.settle_seconds
-
     def verify(self, label: str, apply: Callable[[], None], revert: Callable[[], None]) -> StepVerdict:
-        """Verify one step; ``apply`` and ``revert`` change the host (and raise if they fail)."""
-        if self.settings.rounds > 1:
-            return self._verify_rounds(label, apply, revert)
+        """Verify one step; ``apply`` and ``revert`` change the host (and raise if they fail).
+
+        Raises ProbeError with the step applied when the probe fails.
+        """
+        if self.failed:
+            apply()
+            raise ProbeError(self.failed)
+        state = {"applied": False}
+
+        def tracked(change: Callable[[], None], applied: bool) -> Callable[[], None]:
+            def run() -> None:
+                change()
+                state["applied"] = applied
+            return run
+
+        design = self._switchback if self.settings.design == "switchback" else self._before_after
+        try:
+            return design(label, tracked(apply, True), tracked(revert, False))
+        except (ProbeError, TargetError) as err:
+            self.failed, self.baseline = f"the probe failed: {err}", None
+            if not state["applied"]:
+                apply()  # unmeasured, the step is applied as --no-verify would
+            raise ProbeError(self.failed) from err
+
+    # -- the switchback design -------------------------------------------------
+
+    def _switchback(self, label: str, apply: Callable[[], None], revert: Callable[[], None]) -> StepVerdict:
+        s = self.settings
         reused = self.baseline is not None
-        before = self.baseline or self._measure(label, "measuring before", self.settings.windows)
+        baseline = self.baseline or self._measure(label, "measuring without the step", s.baseline_windows)
+        windows = [Window(v, False, t) for v, t in zip(baseline.windows, baseline.times)]
+        arms = {False: Measurement(self._probe.name), True: Measurement(self._probe.name)}
+        _extend(arms[False], baseline)
+        with_step, blocks, decision, last = False, [], None, baseline
+        for block in range(1, s.max_blocks + 1):
+            (revert if with_step else apply)()
+            with_step = not with_step
+            phase = f"block {block}/{s.max_blocks} {'with' if with_step else 'without'} the step"
+            self._settle(label, phase)
+            last = self._measure(label, phase, s.block_windows)
+            windows += [Window(v, with_step, t, block) for v, t in zip(last.windows, last.times)]
+            _extend(arms[with_step], last)
+            blocks.append({"block": block, "with_step": with_step, **_figures_of(last.windows)})
+            decision = look(windows, block, s.switchback_settings())
+            if decision.outcome is not None:
+                break
+        verdict = Verdict(decision.outcome or INCONCLUSIVE, _metric(arms[False], s.metric), _metric(arms[True], s.metric),
+                          decision.p_value, decision.reason, effect=decision.effect, upper=decision.upper,
+                          windows=len(windows), seconds=sum(m.seconds for m in arms.values()))
+        keep = self._keeps(verdict)
+        if keep != with_step:
+            (apply if keep else revert)()
+        # The last block measured the host as it now is, if the step ended where it was measured.
+        self.baseline = last if keep == with_step else None
+        result = StepVerdict(keep, self._outcome(verdict), verdict, arms[False], arms[True], reused)
+        result.blocks = blocks
+        return result
+
+    # -- the before-after design -----------------------------------------------
+
+    def _before_after(self, label: str, apply: Callable[[], None], revert: Callable[[], None]) -> StepVerdict:
+        s = self.settings
+        if s.rounds > 1:
+            return self._rounds(label, apply, revert)
+        reused = self.baseline is not None
+        before = self.baseline or self._measure(label, "measuring before", s.windows)
         apply()
-        self._settle(label)
-        after = self._measure(label, "measuring after", self.settings.windows)
-        verdict = judge(before.windows, after.windows, self.settings.judge_settings())
+        self._settle(label, "after the change")
+        after = self._measure(label, "measuring after", s.windows)
+        verdict = judge(before.windows, after.windows, s.judge_settings())
         result = self._decide(verdict, before, after, revert)
         result.reused_baseline = reused
         return result
 
-    # -- internals -------------------------------------------------------------
-
-    def _verify_rounds(self, label: str, apply: Callable[[], None], revert: Callable[[], None]) -> StepVerdict:
+    def _rounds(self, label: str, apply: Callable[[], None], revert: Callable[[], None]) -> StepVerdict:
         arm_a, arm_b, rounds = Measurement(self._probe.name), Measurement(self._probe.name), []
-        per_block = self._block_windows()
+        per_block = math.ceil(self.settings.windows / self.settings.rounds)
         for number in range(1, self.settings.rounds + 1):
             if number > 1:
                 revert()
+            self._settle(label, f"round {number}: without")
             a = self._measure(label, f"round {number}/{self.settings.rounds}: without", per_block)
             apply()
-            self._settle(label)
+            self._settle(label, f"round {number}: with")
             b = self._measure(label, f"round {number}/{self.settings.rounds}: with", per_block)
-            for arm, block in ((arm_a, a), (arm_b, b)):
-                arm.windows += block.windows[1:]  # the first window after a switch is settling
-                arm.window_tids += block.window_tids[1:]
-                arm.lost += block.lost
-            rounds.append({"round": number, "before": _figures_of(a.windows[1:]), "after": _figures_of(b.windows[1:])})
+            _extend(arm_a, a)
+            _extend(arm_b, b)
+            rounds.append({"round": number, "before": _figures_of(a.windows), "after": _figures_of(b.windows)})
         verdict = judge(arm_a.windows, arm_b.windows, self.settings.judge_settings())
         result = self._decide(verdict, arm_a, arm_b, revert)
         result.rounds = rounds
@@ -112,30 +170,46 @@ class Verifier:
 
     def _decide(self, verdict: Verdict, before: Measurement, after: Measurement,
                 revert: Callable[[], None]) -> StepVerdict:
-        if verdict.outcome == REGRESSION:
-            outcome = "reverted"
-        elif verdict.outcome == INCONCLUSIVE:
-            outcome = "inconclusive" if self.settings.on_inconclusive == "keep" else "reverted"
-        else:
-            outcome = "kept"
-        keep = outcome != "reverted"
+        keep = self._keeps(verdict)
         if not keep:
             revert()
         # What was measured last describes the host as it now is: the next step's baseline.
         self.baseline = after if keep else (before if self.settings.rounds == 1 else None)
-        return StepVerdict(keep, outcome, verdict, before, after)
+        return StepVerdict(keep, self._outcome(verdict), verdict, before, after)
+
+    # -- shared ----------------------------------------------------------------
+
+    def _keeps(self, verdict: Verdict) -> bool:
+        if verdict.outcome == REGRESSION:
+            return False
+        return not (verdict.outcome == INCONCLUSIVE and self.settings.on_inconclusive == "revert")
+
+    def _outcome(self, verdict: Verdict) -> str:
+        if verdict.outcome == INCONCLUSIVE:
+            return "inconclusive" if self._keeps(verdict) else "reverted"
+        return "reverted" if verdict.outcome == REGRESSION else "kept"
 
     def _measure(self, label: str, phase: str, windows: int) -> Measurement:
         return record_windows(self._probe, self._tid_source, windows, self.settings.window_seconds,
                               lambda left: self.progress(f"{label}: {phase}, {max(left, 0):.0f} s left"))
 
-    def _settle(self, label: str) -> None:
+    def _settle(self, label: str, phase: str) -> None:
+        """Let the change take hold: ``settle_seconds`` of events are measured and dropped."""
         if self.settings.settle_seconds > 0:
-            self.progress(f"{label}: settling {self.settings.settle_seconds:g} s")
-            time.sleep(self.settings.settle_seconds)
+            self.progress(f"{label}: {phase}: settling {self.settings.settle_seconds:g} s")
+            record_windows(self._probe, self._tid_source, 1, self.settings.settle_seconds)
 
-    def _block_windows(self) -> int:
-        return math.ceil(self.settings.windows / self.settings.rounds) + 1
+
+def _extend(arm: Measurement, block: Measurement) -> None:
+    arm.windows += block.windows
+    arm.window_tids += block.window_tids
+    arm.times += block.times
+    arm.seconds += block.seconds
+    arm.lost = block.lost  # the probe's count so far
+
+
+def _metric(measurement: Measurement, metric: str) -> float:
+    return quantile(measurement.values, QUANTILES[metric]) / 1000 if measurement.windows else float("nan")
 
 
 def _figures(measurement: Measurement) -> dict:

@@ -71,6 +71,12 @@ class Verdict:
     after_us: float
     p_value: float | None
     reason: str
+    # The switchback design's drift-adjusted effect on the tail (log ratio) and its upper bound,
+    # and how much measurement it took.
+    effect: float | None = None
+    upper: float | None = None
+    windows: int | None = None
+    seconds: float | None = None
 
     @property
     def ratio(self) -> float:

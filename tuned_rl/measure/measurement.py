@@ -27,6 +27,7 @@ class Measurement:
     probe: str
     windows: list[np.ndarray] = field(default_factory=list)
     window_tids: list[np.ndarray] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # each window's midpoint (time.monotonic())
     lost: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -65,6 +66,7 @@ def record_windows(probe: LatencyProbe, tid_source: Callable[[], set[int]], wind
             latencies.append(batch[1])
             progress(started + windows * window_seconds - time.monotonic())
         measurement.window_tids.append(np.concatenate(tids) if tids else np.array([], dtype=np.int64))
+        measurement.times.append(end - window_seconds / 2)
         measurement.windows.append(np.concatenate(latencies) if latencies else np.array([], dtype=np.int64))
     measurement.seconds += time.monotonic() - started
     measurement.lost = probe.lost

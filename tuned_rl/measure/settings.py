@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from tuned_rl.measure.judge import JudgeSettings
+from tuned_rl.measure.switchback import SwitchbackSettings
 from tuned_rl.profiles.schema import Key, Table
 
 VERIFY_TABLE = Table(
@@ -13,16 +14,27 @@ VERIFY_TABLE = Table(
     {
         "probe": Key(str, "Latency probe: auto (bpf, else tracefs, else schedstat), bpf, tracefs, schedstat.",
                      choices=("auto", "bpf", "tracefs", "schedstat")),
+        "design": Key(str, "switchback: without and with the step alternate in blocks until the evidence decides "
+                           "(drift-proof, the default); before-after: a fixed measurement without, then with it.",
+                      choices=("switchback", "before-after")),
         "metric": Key(str, "The quantile judged.", choices=("p50", "p99", "p999")),
-        "windows": Key(int, "Windows per measurement (before, and again after).", minimum=2, maximum=1000),
         "window_seconds": Key(float, "Length of one window.", minimum=0.1, maximum=600),
-        "min_samples": Key(int, "Fewer events than this in either measurement is inconclusive.", minimum=1),
+        "baseline_windows": Key(int, "switchback: windows without the step before the first block.",
+                                minimum=1, maximum=100),
+        "block_windows": Key(int, "switchback: windows per block, after settle_seconds dropped.",
+                             minimum=1, maximum=100),
+        "max_blocks": Key(int, "switchback: blocks at most before the verdict is inconclusive.", minimum=2,
+                          maximum=100),
+        "windows": Key(int, "before-after: windows per measurement (before, and again after).", minimum=2,
+                       maximum=1000),
+        "rounds": Key(int, "before-after: alternate without/with the step this many times and pool the arms.",
+                      minimum=1, maximum=20),
+        "min_samples": Key(int, "Fewer events than this in either arm is inconclusive.", minimum=1),
         "tolerance": Key(float, "How much worse the metric may get before it counts (0.1 = 10%).",
                          minimum=0, maximum=100),
-        "confidence": Key(float, "How sure the judge must be of a regression.", minimum=0.5, maximum=0.9999),
-        "settle_seconds": Key(float, "Wait after a change before measuring it.", minimum=0, maximum=600),
-        "rounds": Key(int, "Alternate without/with the step this many times (A B A B ...) and pool the arms.",
-                      minimum=1, maximum=20),
+        "confidence": Key(float, "How sure the judge must be.", minimum=0.5, maximum=0.9999),
+        "settle_seconds": Key(float, "After each change, measured and dropped as settling.", minimum=0,
+                              maximum=600),
         "on_inconclusive": Key(str, "Keep or revert a step the judge cannot decide on.", choices=("keep", "revert")),
     },
 )
@@ -31,14 +43,18 @@ VERIFY_TABLE = Table(
 @dataclass(frozen=True)
 class VerifySettings:
     probe: str = "auto"
+    design: str = "switchback"
     metric: str = "p999"
+    window_seconds: float = 0.5
+    baseline_windows: int = 2
+    block_windows: int = 2
+    max_blocks: int = SwitchbackSettings.max_blocks
     windows: int = 15
-    window_seconds: float = 1.0
+    rounds: int = 1
     min_samples: int = JudgeSettings.min_samples
     tolerance: float = JudgeSettings.tolerance
     confidence: float = JudgeSettings.confidence
-    settle_seconds: float = 1.0
-    rounds: int = 1
+    settle_seconds: float = 0.25
     on_inconclusive: str = "keep"
 
     @classmethod
@@ -49,6 +65,10 @@ class VerifySettings:
     def judge_settings(self) -> JudgeSettings:
         return JudgeSettings(metric=self.metric, tolerance=self.tolerance, confidence=self.confidence,
                              min_samples=self.min_samples)
+
+    def switchback_settings(self) -> SwitchbackSettings:
+        return SwitchbackSettings(metric=self.metric, tolerance=self.tolerance, confidence=self.confidence,
+                                  max_blocks=self.max_blocks, min_samples=self.min_samples)
 
 
 DEFAULT_VERIFY = VerifySettings()

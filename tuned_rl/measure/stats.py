@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -52,3 +53,51 @@ def format_us(us: float) -> str:
     if us >= 1000:
         return f"{us / 1000:.{2 if us < 10_000 else 1}f} ms"
     return f"{us:.0f} µs" if us >= 10 else f"{us:.1f} µs"
+
+
+def t_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom (numpy has no t distribution)."""
+    if math.isnan(t):
+        return float("nan")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1 - tail
+
+
+def t_ppf(q: float, df: int) -> float:
+    """The t with P(T <= t) = q (bisection on t_sf; q in (0, 1))."""
+    low, high = -1e3, 1e3
+    for _ in range(100):
+        middle = (low + high) / 2
+        if 1 - t_sf(middle, df) < q:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz's method)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1 - _incomplete_beta(b, a, 1 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1) < 1e-14:
+            break
+    return front * result

@@ -5,23 +5,150 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import struct
 from typing import Iterable
 
 import numpy as np
 
 from tuned_rl.host import Host
 from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError
+from tuned_rl.measure.probes.btf import BtfError, member_offset
 
-# Only tracepoint arguments are read: with headers that do not match the running
-# kernel (this VM's case), task_struct offsets would be wrong, tracepoint
-# layouts (from tracefs format files) are not.
+# The raw-tracepoint program (the default). A raw tracepoint hands over its arguments
+# as they are: no trace record is filled in first, as it is for a classic tracepoint, and
+# the program has a recursion guard of its own (a classic tracepoint program shares the
+# per-CPU guard of all tracing programs, and is skipped, uncounted, while another runs).
+# Its arguments are task_struct pointers: the thread id is read at the offset the running
+# kernel's BTF gives (PID_OFFSET), never one from headers that may belong to another build.
 #
-# Filtering is on the *woken* task (args->pid) in sched_wakeup, not on
-# `current`, which there is the waker; and on next_pid / prev_pid in
-# sched_switch. A preempted task (prev_state has no sleep bit: "R" or "R+")
-# is runnable again at once, so its wait until it runs again is measured too,
-# as bcc's runqlat does.
-PROGRAM = r"""
+# Unwatched tasks cost one bitmap lookup after the id is read: a bit per thread id, in an
+# array (an inlined lookup, not a hash helper call). The watched thread running on each
+# CPU is remembered when it is switched in, so a switch away from it needs no second read.
+RAW_PROGRAM = r"""
+#define SLEEP_STATE_BITS 0xff
+
+struct event { u32 tid; u32 pad; u64 delta_ns; };
+
+BPF_ARRAY(watched, u64, WORDS);
+BPF_HASH(start, u32, u64, MAX_THREADS);
+BPF_PERCPU_ARRAY(running, u32, 1);
+BPF_RINGBUF_OUTPUT(events, RING_PAGES);
+BPF_PERCPU_ARRAY(lost, u64, 1);
+
+static __always_inline void count_lost(void) {
+    int zero = 0;
+    u64 *count = lost.lookup(&zero);
+    if (count)
+        (*count)++;
+}
+
+static __always_inline u32 tid_of(u64 task) {
+    u32 tid = 0;
+    bpf_probe_read_kernel(&tid, sizeof(tid), (void *)(task + PID_OFFSET));
+    return tid;
+}
+
+static __always_inline u64 *word_of(u32 tid) {
+    u32 index = tid >> 6;
+    return watched.lookup(&index);
+}
+
+static __always_inline bool is_watched(u32 tid) {
+    u64 *bits = word_of(tid);
+    return tid && bits && ((*bits >> (tid & 63)) & 1);
+}
+
+static __always_inline void mark_runnable(u32 tid) {
+    u64 now = bpf_ktime_get_ns();
+    if (start.update(&tid, &now))
+        count_lost();
+}
+
+RAW_TRACEPOINT_PROBE(sched_wakeup) {
+    u32 tid = tid_of(ctx->args[0]);
+    if (is_watched(tid))
+        mark_runnable(tid);
+    return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sched_wakeup_new) {
+    u32 tid = tid_of(ctx->args[0]);
+    if (is_watched(tid))
+        mark_runnable(tid);
+    return 0;
+}
+
+// args: bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state
+RAW_TRACEPOINT_PROBE(sched_switch) {
+    int zero = 0;
+    u32 *current_tid = running.lookup(&zero);
+    if (!current_tid)
+        return 0;
+    u32 prev = *current_tid;
+    if (prev) {
+        if ((ctx->args[3] & SLEEP_STATE_BITS) == 0)
+            mark_runnable(prev);  // preempted: runnable, waiting again
+        else
+            start.delete(&prev);  // going to sleep: a start left over is stale
+    }
+    u32 tid = tid_of(ctx->args[2]);
+    if (!is_watched(tid)) {
+        if (prev)
+            *current_tid = 0;  // stores only when it changes: most switches leave it 0
+        return 0;
+    }
+    *current_tid = tid;
+    u64 *since = start.lookup(&tid);
+    if (!since)
+        return 0;
+    u64 delta = bpf_ktime_get_ns() - *since;
+    start.delete(&tid);
+    struct event *e = events.ringbuf_reserve(sizeof(struct event));
+    if (!e) {
+        count_lost();
+        return 0;
+    }
+    e->tid = tid;
+    e->pad = 0;
+    e->delta_ns = delta;
+    events.ringbuf_submit(e, 0);
+    return 0;
+}
+
+// args: struct task_struct *parent, struct task_struct *child
+RAW_TRACEPOINT_PROBE(sched_process_fork) {
+    if (!is_watched(tid_of(ctx->args[0])))
+        return 0;
+    u32 child = tid_of(ctx->args[1]);
+    u64 *bits = word_of(child);
+    if (bits)
+        __sync_fetch_and_or(bits, 1ULL << (child & 63));
+    else
+        count_lost();
+    return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sched_process_exit) {
+    u32 tid = tid_of(ctx->args[0]);
+    if (!is_watched(tid))
+        return 0;
+    u64 *bits = word_of(tid);
+    if (bits)
+        __sync_fetch_and_and(bits, ~(1ULL << (tid & 63)));
+    start.delete(&tid);
+    return 0;
+}
+"""
+
+# The classic-tracepoint program, for kernels without BTF or older than 5.18 (whose
+# sched_switch has no prev_state argument). Only tracepoint arguments are read: their
+# layout comes from tracefs format files, so mismatched headers do not matter.
+#
+# Filtering is on the *woken* task (args->pid) in sched_wakeup, not on `current`, which
+# there is the waker; and on next_pid / prev_pid in sched_switch. A preempted task
+# (prev_state has no sleep bit: "R" or "R+") is runnable again at once, so its wait
+# until it runs again is measured too, as bcc's runqlat does.
+CLASSIC_PROGRAM = r"""
 #define SLEEP_STATE_BITS 0xff
 
 struct event { u32 tid; u32 pad; u64 delta_ns; };
@@ -64,9 +191,6 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     if ((args->prev_state & SLEEP_STATE_BITS) == 0) {
         mark_runnable(prev);
     } else if (may_be_target(prev)) {
-        // Going to sleep: it was running, so a start left over is stale (a wakeup that
-        // found it still on a CPU). Dropping it keeps a missed wakeup from being timed
-        // from that stale start.
         start.delete(&prev);
     }
     u32 tid = args->next_pid;
@@ -116,13 +240,19 @@ class _Event(ctypes.Structure):
 
 
 class BpfProbe(LatencyProbe):
-    """Per-event values through a BPF ring buffer; lost events counted in the kernel."""
+    """Per-event values through a BPF ring buffer; lost events counted in the kernel.
+
+    ``variant`` says which program runs: "raw" (raw tracepoints, offsets from BTF) where
+    the kernel allows, else "classic". ``lost`` counts events the ring buffer or a map
+    had no room for, and every run of a program the kernel skipped (its recursion
+    misses, from bpf_prog_info).
+    """
 
     name = "bpf"
     follows_forks = True
 
-    def __init__(self, max_threads: int = 16384, ring_pages: int = 256):
-        self.max_threads, self.ring_pages = max_threads, ring_pages
+    def __init__(self, max_threads: int = 16384, ring_pages: int = 256, variant: str = "auto"):
+        self.max_threads, self.ring_pages, self.variant = max_threads, ring_pages, variant
         self._bpf = None
         self._watched: set[int] = set()
         self._tids: list[int] = []
@@ -153,21 +283,42 @@ class BpfProbe(LatencyProbe):
     def start(self, tids: Iterable[int]) -> None:
         from bcc import BPF  # imported here: the other probes must work without BCC
 
+        if self.variant == "auto":
+            self.variant = "raw" if _raw_tracepoints_usable() else "classic"
+        cflags = [f"-DMAX_THREADS={self.max_threads}", f"-DRING_PAGES={self.ring_pages}", "-w"]
+        if self.variant == "raw":
+            cflags += [f"-DPID_OFFSET={member_offset('task_struct', 'pid')}", f"-DWORDS={_bitmap_words()}"]
+        program = RAW_PROGRAM if self.variant == "raw" else CLASSIC_PROGRAM
         try:
-            self._bpf = BPF(text=PROGRAM.encode(), cflags=[f"-DMAX_THREADS={self.max_threads}",
-                                                  f"-DRING_PAGES={self.ring_pages}", "-w"])
+            self._bpf = BPF(text=program.encode(), cflags=cflags)
         except Exception as err:  # BCC raises bare Exception on compile or load failure
-            raise ProbeError(f"BPF program failed to load: {err}") from err
+            raise ProbeError(f"BPF program ({self.variant} tracepoints) failed to load: {err}") from err
         self.watch(tids)
         self._bpf[b"events"].open_ring_buffer(self._on_event)
 
     def watch(self, tids: Iterable[int]) -> None:
-        targets, maybe = self._bpf[b"targets"], self._bpf[b"maybe"]
         new = set(tids) - self._watched
         self._watched |= new
+        if self.variant == "raw":
+            self._watch_bitmap(new)
+            return
+        targets, maybe = self._bpf[b"targets"], self._bpf[b"maybe"]
         for tid in new:
             maybe[ctypes.c_int(tid & 0xFFFF)] = ctypes.c_uint8(1)
             targets[ctypes.c_uint32(tid)] = ctypes.c_uint8(1)
+
+    def _watch_bitmap(self, tids: set[int]) -> None:
+        watched = self._bpf[b"watched"]
+        words: dict[int, int] = {}
+        for tid in tids:
+            words[tid >> 6] = words.get(tid >> 6, 0) | 1 << (tid & 63)
+        for index, bits in words.items():
+            key = ctypes.c_int(index)
+            try:
+                current = watched[key].value  # read first: the kernel sets and clears bits as tasks fork and exit
+            except (KeyError, IndexError):
+                continue  # a thread id beyond pid_max cannot exist
+            watched[key] = ctypes.c_uint64(current | bits)
 
     def drain(self) -> tuple[np.ndarray, np.ndarray]:
         self._bpf.ring_buffer_consume()
@@ -179,7 +330,8 @@ class BpfProbe(LatencyProbe):
     def lost(self) -> int:
         if self._bpf is None:
             return 0
-        return int(sum(self._bpf[b"lost"][ctypes.c_int(0)]))
+        counted = int(sum(self._bpf[b"lost"][ctypes.c_int(0)]))
+        return counted + sum(recursion_misses(function.fd) for function in self._bpf.funcs.values())
 
     def stop(self) -> None:
         if self._bpf is not None:
@@ -190,3 +342,48 @@ class BpfProbe(LatencyProbe):
         event = ctypes.cast(data, ctypes.POINTER(_Event)).contents
         self._tids.append(event.tid)
         self._latencies.append(event.delta_ns)
+
+
+def _raw_tracepoints_usable() -> bool:
+    """Raw sched_switch passes prev_state from Linux 5.18; the thread id offset needs BTF."""
+    major, minor = (int(part) for part in platform.release().split(".")[:2])
+    if (major, minor) < (5, 18):
+        return False
+    try:
+        member_offset("task_struct", "pid")
+    except BtfError:
+        return False
+    return True
+
+
+def _bitmap_words() -> int:
+    """Enough 64-bit words for a bit per possible thread id."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as handle:
+            pid_max = int(handle.read())
+    except (OSError, ValueError):
+        pid_max = 4 * 1024 * 1024  # the 64-bit kernel's limit
+    return (pid_max + 63) // 64
+
+
+BPF_OBJ_GET_INFO_BY_FD = 15
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}
+_PROG_INFO_SIZE = 256
+_RECURSION_MISSES_AT = 208  # u64 recursion_misses in struct bpf_prog_info (Linux 5.12)
+
+
+def recursion_misses(program_fd: int) -> int:
+    """How many times the kernel skipped a program because it was already running on that CPU (0 if unknown)."""
+    number = _BPF_SYSCALL.get(platform.machine())
+    if number is None:
+        return 0
+    info = ctypes.create_string_buffer(_PROG_INFO_SIZE)
+    attr = struct.pack("=IIQ", program_fd, _PROG_INFO_SIZE, ctypes.addressof(info))
+    attr_buffer = ctypes.create_string_buffer(attr, 128)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(number, BPF_OBJ_GET_INFO_BY_FD, attr_buffer, 128) != 0:
+        return 0
+    info_len = struct.unpack_from("=I", attr_buffer.raw, 4)[0]
+    if info_len < _RECURSION_MISSES_AT + 8:
+        return 0  # a kernel before 5.12 does not count them
+    return struct.unpack_from("=Q", info.raw, _RECURSION_MISSES_AT)[0]
