@@ -9,15 +9,17 @@ kernel, and a fixed job timed without the probe and with each of its programs, u
   a busy inference node's rate) while the job, one CPU-bound loop per CPU, runs; the job's
   wall time is what the switches take from the machine.
 
-A canary runs throughout (both arms carry the same load); "raw" and "classic" attach the
-probe's two programs to it (tuned_rl/measure/probes/bpf.py). Each round times the three arms
-in rotated order. Printed per program, as medians with quartiles over the rounds:
+A canary runs throughout (every arm carries the same load); "raw" and "classic" attach the
+probe's two programs to it (tuned_rl/measure/probes/bpf.py), and "empty" attaches programs that
+return at once to the same five raw tracepoints, to calibrate. Each round times the arms in
+rotated order. Printed per arm, as medians with quartiles over the rounds:
 
 - its cost as the kernel counts it (bpf_prog_info run_time_ns and run_cnt, with run-time
-  statistics enabled through BPF_ENABLE_STATS while the bench runs): nanoseconds per run,
-  and the share of the machine's CPU time the programs took during the job. Precise: no
-  other process's noise enters it. It leaves out the tracepoint's own dispatch, which for a
-  classic tracepoint includes filling a trace record and for a raw one a few instructions;
+  statistics enabled through BPF_ENABLE_STATS while the bench runs): nanoseconds per run, and
+  the share of the machine's CPU time the programs took during the job. No other process's noise
+  enters it, but the statistics' own clock reads do: "empty" shows how much (tens of ns a run on
+  this VM, where the clock is slow), so raw minus empty is the raw program's own work. It leaves
+  out the tracepoint's dispatch, which for a classic tracepoint includes filling a trace record;
 - the job's time with the probe over its time without, in the same round: what a user would
   notice, and on this shared VM noisy (the same job varies by 10-40% from run to run).
 """
@@ -87,11 +89,28 @@ def run_stats(probe: BpfProbe) -> tuple[int, int]:
     return total_ns, total_runs
 
 
+class EmptyPrograms:
+    """Programs on the probe's five raw tracepoints that return at once: the floor of any program there."""
+
+    TEXT = "".join(f"RAW_TRACEPOINT_PROBE({tp}) {{ return 0; }}\n" for tp in (
+        "sched_wakeup", "sched_wakeup_new", "sched_switch", "sched_process_fork", "sched_process_exit"))
+
+    def start(self, tids) -> None:
+        from bcc import BPF
+        self._bpf = BPF(text=self.TEXT.encode(), cflags=["-w"])
+
+    def drain(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self._bpf.cleanup()
+
+
 def timed(arm: str, canary: Canary, job) -> tuple[float, int, int]:
     """The job's seconds, and the probe's program nanoseconds and runs meanwhile."""
     if arm == "none":
         return job(), 0, 0
-    probe = BpfProbe(variant=arm)
+    probe = EmptyPrograms() if arm == "empty" else BpfProbe(variant=arm)
     probe.start(canary.tids())
     try:
         ns_before, runs_before = run_stats(probe)
@@ -106,10 +125,10 @@ def timed(arm: str, canary: Canary, job) -> tuple[float, int, int]:
 def run(load: str, rounds: int) -> None:
     job = hackbench_seconds if load == "storm" else loops_seconds
     waker = subprocess.Popen(WAKER, stdout=subprocess.DEVNULL) if load == "20k" else None
-    arms = ["none", "raw", "classic"]
-    ratios: dict[str, list[float]] = {"raw": [], "classic": []}
-    per_run: dict[str, list[float]] = {"raw": [], "classic": []}
-    share: dict[str, list[float]] = {"raw": [], "classic": []}
+    arms = ["none", "raw", "classic", "empty"]
+    ratios: dict[str, list[float]] = {arm: [] for arm in arms[1:]}
+    per_run: dict[str, list[float]] = {arm: [] for arm in arms[1:]}
+    share: dict[str, list[float]] = {arm: [] for arm in arms[1:]}
     cpus = os.cpu_count()
     stats_fd = enable_run_time_stats()
     try:
@@ -119,7 +138,7 @@ def run(load: str, rounds: int) -> None:
             rate = (context_switches() - before) / (time.monotonic() - started)
             print(f"{load}: {rate:,.0f} context switches/s on the machine during the job", flush=True)
             for number in range(rounds):
-                order = arms[number % 3:] + arms[:number % 3]  # rotate, so no arm always goes first
+                order = arms[number % len(arms):] + arms[:number % len(arms)]  # no arm always goes first
                 results = {arm: timed(arm, canary, job) for arm in order}
                 for arm in ratios:
                     seconds, ns, runs = results[arm]
@@ -134,8 +153,12 @@ def run(load: str, rounds: int) -> None:
         if waker:
             waker.terminate()
             waker.wait()
+    net = [r - e for r, e in zip(per_run["raw"], per_run["empty"])]
+    net_share = [r - e for r, e in zip(share["raw"], share["empty"])]
+    print(f"{load}, {rounds} rounds, raw less empty: {_spread(net, '.0f')} ns a run, "
+          f"{_spread([100 * s for s in net_share], '.3f')}% of the machine's CPU", flush=True)
     for arm in ratios:
-        print(f"{load}, {rounds} rounds, {arm} tracepoints: programs {_spread(per_run[arm], '.0f')} ns a run, "
+        print(f"{load}, {rounds} rounds, {arm}: programs {_spread(per_run[arm], '.0f')} ns a run, "
               f"{_spread([100 * s for s in share[arm]], '.3f')}% of the machine's CPU; job time with/without "
               f"{_spread(ratios[arm], '.4f')}", flush=True)
 

@@ -78,4 +78,5 @@ def test_a_harmless_step_on_a_drifting_live_workload_is_not_reverted(variant, tm
         assert result.host_restored and result.seconds < 60
     step = results[-1].report["steps"][-1]
     assert results[-1].decision in ("kept", "inconclusive"), step["reason"]
-    assert step["before"]["n"] > 20_000  # the workload itself was measured, by name, not a canary
+    # The profile names the workload and has no canary: these events are the workload's own.
+    assert step["before"]["n"] >= 2000 and step["after"]["n"] >= 2000

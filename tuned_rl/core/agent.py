@@ -67,8 +67,9 @@ class Agent:
         """The plan, with nothing written anywhere (no lock, no state directory)."""
         report = Report(profile.name, dry_run=True)
         host, records = self.host, []
-        if not self.journal.is_empty() and not self._is_stale():
-            applied, records = self.journal.applied(), self.journal.records()
+        scan, applied = self.journal.scan(), self.journal.applied()
+        if (applied or scan.records) and not self._is_stale(applied, scan):
+            records = scan.records
             report.notes.append(f"profile {applied.profile if applied else '?'} is applied: apply would roll "
                                 "it back first; values below are those the rollback restores")
             host = RestoredView(self.host, records)
@@ -129,8 +130,8 @@ class Agent:
             self._check_root(applied, scan.records)
             report = {"profile": applied.profile if applied else None, "changes": [], "stale": None,
                       "refused": [], "refused_kept_in": None, "removed": remove_leftover_instances(self.host)}
-            if self._is_stale():
-                report["stale"] = self._move_stale()
+            if self._is_stale(applied, scan):
+                report["stale"] = self._move_stale(scan)
                 return report, 0
             trusted, refused = self._trusted(scan)
             if refused:
@@ -148,7 +149,7 @@ class Agent:
         report = {"profile": applied.profile if applied else None,
                   "path": applied.path if applied else None,
                   "applied_at": applied.started if applied else None,
-                  "stale": self._is_stale(), "changes": [],
+                  "stale": self._is_stale(applied, scan), "changes": [],
                   "removed": remove_leftover_instances(self.host)}
         trusted, refused = self._trusted(scan)
         for record in trusted:
@@ -316,13 +317,13 @@ class Agent:
     # -- helpers --------------------------------------------------------------
 
     def _clear_previous(self) -> list[str]:
-        if self.journal.is_empty():
-            return []
         scan, applied = self.journal.scan(), self.journal.applied()
+        if applied is None and not scan.records and not scan.unreadable:
+            return []
         self._check_root(applied, scan.records)
-        if self._is_stale():
+        if self._is_stale(applied, scan):
             return [f"a journal from an earlier boot was not replayed (a reboot reset it); kept in "
-                    f"{self._move_stale()['kept_in']}"]
+                    f"{self._move_stale(scan)['kept_in']}"]
         trusted, refused = self._trusted(scan)
         if refused:
             path, reason = refused[0]
@@ -363,13 +364,13 @@ class Agent:
                 trusted.append(record)
         return trusted, refused
 
-    def _is_stale(self) -> bool:
-        applied, records = self.journal.applied(), self.journal.records()
-        boots = {r.boot_id for r in records} | ({applied.boot_id} if applied else set())
+    def _is_stale(self, applied: Applied | None, scan: Scan) -> bool:
+        """The journal was written in an earlier boot: a reboot already reset what it holds."""
+        boots = {r.boot_id for r in scan.records} | ({applied.boot_id} if applied else set())
         return bool(boots) and boots != {self.host.boot_id()}
 
-    def _move_stale(self) -> dict:
-        records = self.journal.records()
+    def _move_stale(self, scan: Scan) -> dict:
+        records = scan.records
         return {"records": sum(len(r.changes) for r in records), "boot_ids": sorted({r.boot_id for r in records}),
                 "kept_in": str(self.journal.move_aside())}
 

@@ -14,24 +14,13 @@ from tuned_rl.host import Host
 from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError
 from tuned_rl.measure.probes.btf import BtfError, member_offset
 
-# The raw-tracepoint program (the default). A raw tracepoint hands over its arguments
-# as they are: no trace record is filled in first, as it is for a classic tracepoint, and
-# the program has a recursion guard of its own (a classic tracepoint program shares the
-# per-CPU guard of all tracing programs, and is skipped, uncounted, while another runs).
-# Its arguments are task_struct pointers: the thread id is read at the offset the running
-# kernel's BTF gives (PID_OFFSET), never one from headers that may belong to another build.
-#
-# Unwatched tasks cost one bitmap lookup after the id is read: a bit per thread id, in an
-# array (an inlined lookup, not a hash helper call). The watched thread running on each
-# CPU is remembered when it is switched in, so a switch away from it needs no second read.
-RAW_PROGRAM = r"""
+# What both programs share: the event a watched thread's wait becomes, when it starts and ends.
+COMMON = r"""
 #define SLEEP_STATE_BITS 0xff
 
 struct event { u32 tid; u32 pad; u64 delta_ns; };
 
-BPF_ARRAY(watched, u64, WORDS);
 BPF_HASH(start, u32, u64, MAX_THREADS);
-BPF_PERCPU_ARRAY(running, u32, 1);
 BPF_RINGBUF_OUTPUT(events, RING_PAGES);
 BPF_PERCPU_ARRAY(lost, u64, 1);
 
@@ -42,97 +31,138 @@ static __always_inline void count_lost(void) {
         (*count)++;
 }
 
-static __always_inline u32 tid_of(u64 task) {
-    u32 tid = 0;
-    bpf_probe_read_kernel(&tid, sizeof(tid), (void *)(task + PID_OFFSET));
-    return tid;
-}
-
-static __always_inline u64 *word_of(u32 tid) {
-    u32 index = tid >> 6;
-    return watched.lookup(&index);
-}
-
-static __always_inline bool is_watched(u32 tid) {
-    u64 *bits = word_of(tid);
-    return tid && bits && ((*bits >> (tid & 63)) & 1);
-}
-
-static __always_inline void mark_runnable(u32 tid) {
+// A watched thread became runnable: its wait starts now.
+static __always_inline void wait_starts(u32 tid) {
     u64 now = bpf_ktime_get_ns();
     if (start.update(&tid, &now))
         count_lost();
 }
 
-RAW_TRACEPOINT_PROBE(sched_wakeup) {
-    u32 tid = tid_of(ctx->args[0]);
-    if (is_watched(tid))
-        mark_runnable(tid);
-    return 0;
-}
-
-RAW_TRACEPOINT_PROBE(sched_wakeup_new) {
-    u32 tid = tid_of(ctx->args[0]);
-    if (is_watched(tid))
-        mark_runnable(tid);
-    return 0;
-}
-
-// args: bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state
-RAW_TRACEPOINT_PROBE(sched_switch) {
-    int zero = 0;
-    u32 *current_tid = running.lookup(&zero);
-    if (!current_tid)
-        return 0;
-    u32 prev = *current_tid;
-    if (prev) {
-        if ((ctx->args[3] & SLEEP_STATE_BITS) == 0)
-            mark_runnable(prev);  // preempted: runnable, waiting again
-        else
-            start.delete(&prev);  // going to sleep: a start left over is stale
-    }
-    u32 tid = tid_of(ctx->args[2]);
-    if (!is_watched(tid)) {
-        if (prev)
-            *current_tid = 0;  // stores only when it changes: most switches leave it 0
-        return 0;
-    }
-    *current_tid = tid;
+// A watched thread runs: the wait since it became runnable is one event.
+static __always_inline void wait_ends(u32 tid) {
     u64 *since = start.lookup(&tid);
     if (!since)
-        return 0;
+        return;
     u64 delta = bpf_ktime_get_ns() - *since;
     start.delete(&tid);
     struct event *e = events.ringbuf_reserve(sizeof(struct event));
     if (!e) {
         count_lost();
-        return 0;
+        return;
     }
     e->tid = tid;
     e->pad = 0;
     e->delta_ns = delta;
     events.ringbuf_submit(e, 0);
-    return 0;
+}
+"""
+
+# The raw-tracepoint program (the default). A raw tracepoint hands over its arguments
+# as they are: no trace record is filled in first, as it is for a classic tracepoint, and
+# the program has a recursion guard of its own (a classic tracepoint program shares the
+# per-CPU guard of all tracing programs, and is skipped, uncounted, while another runs).
+# Its arguments are task_struct pointers: a thread id is read at the offset the running
+# kernel's BTF gives (PID_OFFSET), never one from headers that may belong to another build.
+#
+# Reading another task's memory is a helper call, and most tasks are not watched. So the
+# program first tests the task *pointer* against a bitmap of watched tasks' pointers (an
+# inlined array lookup; a hash collision only costs a read that then says no), and reads
+# the thread id only on a hit. It learns a watched thread's pointer when the thread is
+# switched out (then it is `current`, whose id costs no read) or created; a thread watched
+# since before the probe started is measured from its first switch out.
+RAW_PROGRAM = COMMON + r"""
+#define POINTER_BITS 20
+
+BPF_ARRAY(watched, u64, WORDS);                        // a bit per watched thread id
+BPF_ARRAY(pointers, u64, 1 << (POINTER_BITS - 6));     // a bit per hash of a watched task pointer
+
+static __always_inline bool is_watched(u32 tid) {
+    u32 index = tid >> 6;
+    u64 *bits = watched.lookup(&index);
+    return tid && bits && ((*bits >> (tid & 63)) & 1);
 }
 
-// args: struct task_struct *parent, struct task_struct *child
-RAW_TRACEPOINT_PROBE(sched_process_fork) {
-    if (!is_watched(tid_of(ctx->args[0])))
+static __always_inline u32 pointer_slot(u64 task) {
+    return (u32)((task * 0x9E3779B97F4A7C15ULL) >> (64 - POINTER_BITS));
+}
+
+static __always_inline bool maybe_watched(u64 task) {
+    u32 slot = pointer_slot(task), index = slot >> 6;
+    u64 *bits = pointers.lookup(&index);
+    return bits && ((*bits >> (slot & 63)) & 1);
+}
+
+static __always_inline void remember(u64 task) {
+    u32 slot = pointer_slot(task), index = slot >> 6;
+    u64 *bits = pointers.lookup(&index);
+    if (bits && !((*bits >> (slot & 63)) & 1))
+        __sync_fetch_and_or(bits, 1ULL << (slot & 63));
+}
+
+// The thread id of a task that may be watched, or 0.
+static __always_inline u32 watched_tid(u64 task) {
+    if (!maybe_watched(task))
         return 0;
-    u32 child = tid_of(ctx->args[1]);
-    u64 *bits = word_of(child);
-    if (bits)
-        __sync_fetch_and_or(bits, 1ULL << (child & 63));
-    else
-        count_lost();
+    u32 tid = 0;
+    bpf_probe_read_kernel(&tid, sizeof(tid), (void *)(task + PID_OFFSET));
+    return is_watched(tid) ? tid : 0;
+}
+
+RAW_TRACEPOINT_PROBE(sched_wakeup) {
+    u32 tid = watched_tid(ctx->args[0]);
+    if (tid)
+        wait_starts(tid);
     return 0;
 }
 
+RAW_TRACEPOINT_PROBE(sched_wakeup_new) {
+    u32 tid = watched_tid(ctx->args[0]);
+    if (tid)
+        wait_starts(tid);
+    return 0;
+}
+
+// args: bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state.
+// prev is `current` here: its thread id costs no read.
+RAW_TRACEPOINT_PROBE(sched_switch) {
+    u32 prev = (u32)bpf_get_current_pid_tgid();
+    if (is_watched(prev)) {
+        remember(ctx->args[1]);
+        if ((ctx->args[3] & SLEEP_STATE_BITS) == 0)
+            wait_starts(prev);  // preempted: runnable, waiting again
+        else
+            start.delete(&prev);  // going to sleep: a start left over is stale
+    }
+    u32 tid = watched_tid(ctx->args[2]);
+    if (tid)
+        wait_ends(tid);
+    return 0;
+}
+
+// args: struct task_struct *parent, struct task_struct *child. The parent is `current`.
+RAW_TRACEPOINT_PROBE(sched_process_fork) {
+    if (!is_watched((u32)bpf_get_current_pid_tgid()))
+        return 0;
+    u32 child = 0;
+    bpf_probe_read_kernel(&child, sizeof(child), (void *)(ctx->args[1] + PID_OFFSET));
+    u32 index = child >> 6;
+    u64 *bits = watched.lookup(&index);
+    if (!bits) {
+        count_lost();
+        return 0;
+    }
+    __sync_fetch_and_or(bits, 1ULL << (child & 63));
+    remember(ctx->args[1]);
+    return 0;
+}
+
+// The exiting task is `current`.
 RAW_TRACEPOINT_PROBE(sched_process_exit) {
-    u32 tid = tid_of(ctx->args[0]);
+    u32 tid = (u32)bpf_get_current_pid_tgid();
     if (!is_watched(tid))
         return 0;
-    u64 *bits = word_of(tid);
+    u32 index = tid >> 6;
+    u64 *bits = watched.lookup(&index);
     if (bits)
         __sync_fetch_and_and(bits, ~(1ULL << (tid & 63)));
     start.delete(&tid);
@@ -148,26 +178,12 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
 # there is the waker; and on next_pid / prev_pid in sched_switch. A preempted task
 # (prev_state has no sleep bit: "R" or "R+") is runnable again at once, so its wait
 # until it runs again is measured too, as bcc's runqlat does.
-CLASSIC_PROGRAM = r"""
-#define SLEEP_STATE_BITS 0xff
-
-struct event { u32 tid; u32 pad; u64 delta_ns; };
-
+CLASSIC_PROGRAM = COMMON + r"""
 // A one-byte-per-slot prefilter (tid mod 65536): an array lookup is inlined, a
 // hash lookup is a helper call, and nearly every switch on a busy machine is
 // not the target's. Slots are only ever set, so a stale slot costs a hash lookup.
 BPF_ARRAY(maybe, u8, 65536);
 BPF_HASH(targets, u32, u8, MAX_THREADS);
-BPF_HASH(start, u32, u64, MAX_THREADS);
-BPF_RINGBUF_OUTPUT(events, RING_PAGES);
-BPF_PERCPU_ARRAY(lost, u64, 1);
-
-static void count_lost(void) {
-    int zero = 0;
-    u64 *count = lost.lookup(&zero);
-    if (count)
-        (*count)++;
-}
 
 static bool may_be_target(u32 tid) {
     int slot = tid & 0xffff;
@@ -176,11 +192,8 @@ static bool may_be_target(u32 tid) {
 }
 
 static void mark_runnable(u32 tid) {
-    if (tid == 0 || !may_be_target(tid) || !targets.lookup(&tid))
-        return;
-    u64 now = bpf_ktime_get_ns();
-    if (start.update(&tid, &now))
-        count_lost();
+    if (tid != 0 && may_be_target(tid) && targets.lookup(&tid))
+        wait_starts(tid);
 }
 
 TRACEPOINT_PROBE(sched, sched_wakeup) { mark_runnable(args->pid); return 0; }
@@ -194,22 +207,8 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         start.delete(&prev);
     }
     u32 tid = args->next_pid;
-    if (tid == 0 || !may_be_target(tid))
-        return 0;
-    u64 *since = start.lookup(&tid);
-    if (!since)
-        return 0;
-    u64 delta = bpf_ktime_get_ns() - *since;
-    start.delete(&tid);
-    struct event *e = events.ringbuf_reserve(sizeof(struct event));
-    if (!e) {
-        count_lost();
-        return 0;
-    }
-    e->tid = tid;
-    e->pad = 0;
-    e->delta_ns = delta;
-    events.ringbuf_submit(e, 0);
+    if (tid != 0 && may_be_target(tid))
+        wait_ends(tid);
     return 0;
 }
 
