@@ -143,3 +143,93 @@ class Hogs:
             process.kill()
         for process in self.processes:
             process.wait()
+
+
+class CgroupTreeHost(Host):
+    """A tree host whose cgroup files act as the kernel's, for plugins that create cgroups and move tasks.
+
+    ``make_dir`` in a cgroup hierarchy makes a cgroup's files; writing a pid to ``cgroup.procs``
+    (or a tid to ``tasks`` / ``cgroup.threads``) moves the task: its /proc/<pid>/cgroup line
+    changes, as the kernel's does. Like the kernel, it refuses (EINVAL) to move a task whose
+    affinity the kernel fixed, and (ENOSPC) a move into a v1 cpuset without CPUs or memory nodes.
+    """
+
+    def make_dir(self, target):
+        super().make_dir(target)
+        mount = self.cgroup_mount(target) if self._in_cgroups(target) else None
+        if mount is None:
+            return
+        names = {"tasks": "", "cgroup.procs": ""} if mount.version == 1 else {
+            "cgroup.procs": "", "cgroup.threads": "", "cpuset.cpus": "", "cpuset.cpus.partition": "member"}
+        if mount.version == 1 and "cpuset" in mount.key:
+            names.update({"cpuset.cpus": "", "cpuset.mems": ""})
+        if mount.version == 1 and "cpu" in mount.key.split(","):
+            names["cpu.shares"] = "1024"
+        for name, value in names.items():
+            self.path(f"{target}/{name}").write_text(value + "\n" if value else "")
+
+    def remove_dir(self, target):
+        if self._in_cgroups(target):
+            for child in self.path(target).iterdir():
+                if child.is_file():
+                    child.unlink()
+        super().remove_dir(target)
+
+    def write(self, target, value):
+        name = target.rsplit("/", 1)[1]
+        if name in ("cgroup.procs", "tasks", "cgroup.threads") and self._in_cgroups(target):
+            return self._move(target.rsplit("/", 1)[0], int(value), whole_process=name == "cgroup.procs")
+        return super().write(target, value)
+
+    def _in_cgroups(self, target) -> bool:
+        try:
+            self.cgroup_mount(target)
+            return True
+        except LookupError:
+            return False
+
+    def _move(self, directory: str, pid: int, whole_process: bool) -> None:
+        import errno
+        from tuned_rl.host.processes import parse_cgroup_file
+        mount = self.cgroup_mount(directory)
+        if not self.exists(f"/proc/{pid}/stat"):
+            raise ProcessLookupError(errno.ESRCH, "No such process")
+        if self.process(pid).fixed_affinity:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        if mount.version == 1 and "cpuset" in mount.key and not (
+                self.read(f"{directory}/cpuset.cpus") and self.read(f"{directory}/cpuset.mems")):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        relative = "/" + directory[len(mount.mount_point):].strip("/")
+        tids = sorted(self.thread_ids(pid)) if whole_process else [pid]
+        for tid in tids or [pid]:
+            for base in (f"/proc/{pid}/task/{tid}", f"/proc/{tid}") if tid == pid else (f"/proc/{pid}/task/{tid}",):
+                if not self.exists(f"{base}/cgroup"):
+                    continue
+                lines = parse_cgroup_file(self.read(f"{base}/cgroup"))
+                lines[mount.key] = relative
+                self.path(f"{base}/cgroup").write_text(
+                    "".join(f"{n}:{key}:{path}\n" for n, (key, path) in enumerate(lines.items(), 1)))
+
+    # Affinity lives in the tree too (Host's calls act on the live kernel whatever the root).
+
+    def get_affinity(self, task):
+        self.check_task(task)
+        return self.process(task.pid).affinity
+
+    def set_affinity(self, task, value):
+        self.check_task(task)
+        pid = self.process(task.pid).tgid
+        for base in {f"/proc/{pid}/task/{task.pid}"} | ({f"/proc/{pid}"} if pid == task.pid else set()):
+            text = self.read(f"{base}/status")
+            lines = [f"Cpus_allowed_list:\t{value}" if line.startswith("Cpus_allowed_list:") else line
+                     for line in text.splitlines()]
+            self.path(f"{base}/status").write_text("\n".join(lines) + "\n")
+
+    def path(self, target):
+        # /proc/<tid> of a thread exists in the kernel's /proc though a listing hides it.
+        parts = target.split("/")
+        if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and not super().path(f"/proc/{parts[2]}").exists():
+            for leader in super().path("/proc").iterdir():
+                if leader.name.isdigit() and (leader / "task" / parts[2]).is_dir():
+                    return super().path("/".join(["", "proc", leader.name, "task", *parts[2:]]))
+        return super().path(target)

@@ -126,8 +126,10 @@ def test_a_table_without_a_known_phase_fails_its_plugin():
 
 def test_plugin_tables_lists_each_plugin_with_its_tables():
     listing = load_plugins(extra=[("check", Checker())]).plugin_tables()
-    assert {name: [(t.name, t.phase) for t in tables] for name, tables in listing.items() if name != "sysctl"} == {
-        "rt_runtime": [("rt_runtime", "kernel")], "check": [("check", "kernel")]}
+    assert {name: [(t.name, t.phase) for t in tables] for name, tables in listing.items()} == {
+        "rt_runtime": [("rt_runtime", "kernel")], "sysctl": [("sysctl", "kernel")],
+        "cpu_isolation": [("cpu_isolation", "placement")], "irq_isolation": [("irq_isolation", "interrupts")],
+        "check": [("check", "kernel")]}
 
 
 HOOKS = [name for name, _ in inspect.getmembers(hookspec, inspect.isfunction) if name.startswith("tuned_rl_")]

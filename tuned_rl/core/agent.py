@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from tuned_rl.core.changes import Change, Step
+from tuned_rl.core.kinds import Refused
 from tuned_rl.core.journal import Applied, Journal, Scan, StepRecord
 from tuned_rl.core.lock import exclusive_lock
 from tuned_rl.core.places import refusal
@@ -175,6 +176,7 @@ class Agent:
                                              host_root=str(self.host.root)))
         pause_point("journaled")
         gone_ids = {c.identity() for c in gone}
+        refused: list[str] = []
 
         def set_all(changes: list[Change], value_of: Callable[[Change], object]) -> None:
             for change in changes:
@@ -185,6 +187,9 @@ class Agent:
                 except TaskGone:
                     gone_ids.add(change.identity())
                     gone.append(change)
+                except Refused as err:  # never written: nothing of it to undo
+                    gone_ids.add(change.identity())
+                    refused.append(f"{change.label()}: {err}")
             self._run_follow_ups(changes)
 
         def apply() -> None:
@@ -203,6 +208,7 @@ class Agent:
         except ProbeError as err:  # the verifier left the step applied; only its measurement failed
             result, unverified = None, f"not verified: {err}; the step is applied"
         changes = [c for c in record.changes if c.identity() not in gone_ids]
+        step = dataclasses.replace(step, notes=step.notes + [f"left as it is: {r}" for r in dict.fromkeys(refused)])
         if result is not None and not result.keep:
             self._undo_record(record, force=True)
             return self._verified_report(step, result, changes, _tasks(gone))

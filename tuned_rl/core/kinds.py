@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, ClassVar, Union
 
@@ -28,6 +29,13 @@ class UnknownKind(ValueError):
     """A change names a kind no loaded module registered."""
 
 
+class Refused(Exception):
+    """The kernel will not take this value for this target, by design (a managed IRQ's
+    affinity): the change is left out of its step, which goes on, and the report says why.
+    A kind raises it from ``write`` for refusals it knows to be permanent; any other error
+    fails the step."""
+
+
 class Kind:
     """One kind of change. Subclass it, set ``name`` (and ``task = True`` if the target
     is a task's attribute rather than a host object), and pass an instance to ``register_kind``."""
@@ -40,7 +48,8 @@ class Kind:
         raise NotImplementedError
 
     def write(self, host: Host, change: "Change", value: Value) -> None:
-        """Make the host hold ``value``; raises OSError if the kernel refuses, TaskGone if the task is gone."""
+        """Make the host hold ``value``; raises OSError if the kernel refuses, TaskGone if the task is gone,
+        Refused if the kernel never takes such a value for this target."""
         raise NotImplementedError
 
     def same(self, a: Value, b: Value) -> bool:
@@ -293,6 +302,36 @@ def _parents_cgroup(host: Host, tid: int, key: str, leaving: str) -> str | None:
     return None
 
 
+class ServiceState(Kind):
+    """Whether a systemd service runs: "active" or "inactive"; ``target`` is the unit ("irqbalance.service")."""
+
+    name = "service"
+
+    def read(self, host, change):
+        return "active" if host.service_active(change.target) else "inactive"
+
+    def write(self, host, change, value):
+        host.set_service_active(change.target, value == "active")
+
+    def label(self, change):
+        return f"service {change.target}"
+
+    def paths(self, change):
+        return []  # systemctl, not a file
+
+    def check(self, change):
+        problems = super().check(change)
+        if not isinstance(change.target, str) or not UNIT_NAME.match(change.target):
+            problems.insert(0, f"{change.target!r} is not a systemd service name")
+        return problems
+
+    def valid_value(self, value):
+        return value in ("active", "inactive")
+
+
+UNIT_NAME = re.compile(r"^[A-Za-z0-9@_.:\-]+\.service$")
+
+
 # -- task attributes --------------------------------------------------------------
 
 
@@ -372,7 +411,7 @@ class ProcessCgroup(ThreadCgroup):
 
 
 for _kind in (FileValue(), CpuListFile(), CpuMaskFile(), ConfigFile(), Directory(), CgroupDir(), Sched(), Affinity(),
-              ThreadCgroup(), ProcessCgroup()):
+              ThreadCgroup(), ProcessCgroup(), ServiceState()):
     register_kind(_kind)
 
 

@@ -24,8 +24,11 @@ _POLICY_NAMES = {number: name for name, number in SCHED_POLICIES.items()}
 # undone). A journal record names one of these, never a command line of its own.
 ACTIONS = {
     "systemd-daemon-reload": ["systemctl", "daemon-reload"],
+    # irqbalance reads its settings only when it starts; try-restart leaves a stopped one stopped.
+    "irqbalance-try-restart": ["systemctl", "try-restart", "--", "irqbalance.service"],
 }
 ACTION_LOG = "/run/tuned-rl-actions.log"  # below a moved root, actions are logged here instead of run
+SERVICE_STATES = "/run/tuned-rl-services"  # below a moved root, a file per unit holds "active" or "inactive"
 
 
 class TaskGone(LookupError):
@@ -160,6 +163,47 @@ class Host:
             raise OSError(f"{' '.join(argv)}: {err}") from err
         if result.returncode != 0:
             raise OSError(f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()[:300]}")
+
+    def has_systemd(self) -> bool:
+        """systemd is the init system (sd_booted(): /run/systemd/system exists)."""
+        return self.is_dir("/run/systemd/system") if self.is_live else self.exists(SERVICE_STATES)
+
+    def service_active(self, unit: str) -> bool:
+        """Whether a systemd unit is active (False where there is no systemd)."""
+        if not self.is_live:
+            path = self.path(f"{SERVICE_STATES}/{unit}")
+            return path.exists() and path.read_text().strip() == "active"
+        try:
+            result = subprocess.run(["systemctl", "is-active", "--quiet", "--", unit], cwd="/", timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return result.returncode == 0
+
+    def set_service_active(self, unit: str, active: bool) -> None:
+        """Start or stop a systemd unit; raises OSError if systemctl fails."""
+        verb = "start" if active else "stop"
+        if not self.is_live:
+            path = self.path(f"{SERVICE_STATES}/{unit}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("active\n" if active else "inactive\n")
+            return
+        try:
+            result = subprocess.run(["systemctl", verb, "--", unit], cwd="/", capture_output=True, text=True,
+                                    timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise OSError(f"systemctl {verb} {unit}: {err}") from err
+        if result.returncode != 0:
+            raise OSError(f"systemctl {verb} {unit} exited {result.returncode}: {result.stderr.strip()[:300]}")
+
+    def network_devices(self) -> list[str]:
+        """Network interface names: from the kernel over netlink (pyroute2) on the live host,
+        from ``<root>/sys/class/net`` on a test tree."""
+        if not self.is_live:
+            base = self.path("/sys/class/net")
+            return sorted(p.name for p in base.iterdir()) if base.is_dir() else []
+        from pyroute2 import IPRoute
+        with IPRoute() as ipr:
+            return sorted(link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
 
     # -- cgroups -------------------------------------------------------------
 

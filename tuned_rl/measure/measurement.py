@@ -58,13 +58,15 @@ def record_windows(probe: LatencyProbe, tid_source: Callable[[], set[int]], wind
     for index in range(windows):
         end = started + (index + 1) * window_seconds
         tids, latencies = [], []
-        while (now := time.monotonic()) < end:
-            time.sleep(min(REFRESH_S, end - now))
+        while True:  # at least one drain per window, even one this process reached late (a loaded host)
+            time.sleep(max(0.0, min(REFRESH_S, end - time.monotonic())))
             probe.watch(tid_source())
             batch = probe.drain()
             tids.append(batch[0])
             latencies.append(batch[1])
             progress(started + windows * window_seconds - time.monotonic())
+            if time.monotonic() >= end:
+                break
         measurement.window_tids.append(np.concatenate(tids) if tids else np.array([], dtype=np.int64))
         measurement.times.append(end - window_seconds / 2)
         measurement.windows.append(np.concatenate(latencies) if latencies else np.array([], dtype=np.int64))
