@@ -195,6 +195,10 @@ def _v1_changes(host, mount: str, latency, housekeeping, workload, pins, kernel_
         if process.kernel_thread and (process.fixed_affinity or not kernel_threads):
             bound += process.fixed_affinity
             continue
+        if process.kernel_thread and process.comm == "kthreadd" and process.ppid == 0:
+            notes.append("kthreadd cannot leave the root cpuset: kernel threads started later may run on the "
+                         "latency CPUs (isolcpus=domain at boot prevents it)")
+            continue
         moved_kernel += process.kernel_thread
         changes.append(Change("process_cgroup", mount, "/", f"/{HOUSEKEEPING}", task=process.task))
     if bound:

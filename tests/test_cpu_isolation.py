@@ -39,6 +39,7 @@ def v1_host(tree):
     tree.set("/proc/100/task/102/stat", tree.get("/proc/100/task/102/stat").replace("(model)", "(io-0)"))
     tree.add_process(200, "hog", cgroups=v1, start_time=6000)
     tree.add_process(2, "kthreadd", ppid=0, flags=PF_KTHREAD, cgroups=v1, start_time=1)
+    tree.add_process(15, "rcu_preempt", ppid=2, flags=PF_KTHREAD, cgroups=v1, start_time=3)
     tree.add_process(20, "ksoftirqd/1", ppid=2, flags=PF_KTHREAD | PF_NO_SETAFFINITY, affinity="1", cgroups=v1,
                      start_time=2)
     tree.set(f"{CPUSET}/docker/cpuset.cpus", "0-1")
@@ -62,8 +63,10 @@ def test_v1_the_workload_gets_the_latency_cpus_and_every_other_movable_task_the_
     targets = [c["target"] for c in step["changes"]]
     assert targets[:2] == [f"{CPUSET}/tuned-rl-housekeeping", f"{CPUSET}/tuned-rl-workload"]
     assert f"pid 100 (model) process_cgroup in {CPUSET}" in targets
-    assert f"pid 200 (hog) process_cgroup in {CPUSET}" in targets and f"pid 2 (kthreadd) process_cgroup in {CPUSET}" \
-        in targets
+    assert f"pid 200 (hog) process_cgroup in {CPUSET}" in targets
+    assert f"pid 15 (rcu_preempt) process_cgroup in {CPUSET}" in targets
+    assert f"pid 2 (kthreadd) process_cgroup in {CPUSET}" not in targets  # the kernel refuses to move it
+    assert any("kthreadd cannot leave the root cpuset" in n for n in step["notes"])
     assert not any("ksoftirqd" in t for t in targets)
     assert any("1 per-CPU kernel threads stay" in n for n in step["notes"])
     assert any("isolcpus=managed_irq,domain,1 nohz_full=1 rcu_nocbs=1" in n for n in step["notes"])
@@ -75,7 +78,7 @@ def test_v1_the_workload_gets_the_latency_cpus_and_every_other_movable_task_the_
     assert tree.get(f"{CPUSET}/tuned-rl-workload/cpuset.cpus") == "1"
     assert tree.get(f"{CPUSET}/tuned-rl-housekeeping/cpuset.cpus") == "0"
     assert cgroup_of(tree, 100) == "/tuned-rl-workload" and cgroup_of(tree, 200) == "/tuned-rl-housekeeping"
-    assert cgroup_of(tree, 2) == "/tuned-rl-housekeeping" and cgroup_of(tree, 20) == "/"
+    assert cgroup_of(tree, 15) == "/tuned-rl-housekeeping" and cgroup_of(tree, 20) == "/"
     assert tree.get(f"{CPUSET}/docker/cpuset.cpus") == "0" and cgroup_of(tree, 300) == "/docker"
     assert tree.get("/sys/devices/virtual/workqueue/cpumask") == "1"
 
@@ -116,6 +119,47 @@ def test_a_task_that_exits_before_its_move_is_counted_not_an_error(cgroup_tree, 
     step = json.loads(out)["steps"][0]
     assert step["outcome"] == "applied" and step["gone"] == 1
     assert cli("rollback")[0] == 0
+
+
+def test_a_kernel_thread_the_kernel_will_not_move_is_named_and_does_not_fail_the_step(cgroup_tree, cli,
+                                                                                      profile_file, monkeypatch):
+    import errno
+    tree = cgroup_tree
+    v1_host(tree)
+    original, write = tree.snapshot(), CgroupTreeHost.write
+
+    def write_refusing(self, target, value):
+        if target.endswith("/cgroup.procs") and value == "15":
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return write(self, target, value)
+
+    monkeypatch.setattr(CgroupTreeHost, "write", write_refusing)
+    status, out, err = cli("apply", profile_file(PROFILE), "--json")
+    assert status == 0, err
+    step = json.loads(out)["steps"][0]
+    assert any(n.startswith("left as it is: pid 15 (rcu_preempt)") and "keeps this kernel thread" in n
+               for n in step["notes"])
+    assert cgroup_of(tree, 15) == "/" and cgroup_of(tree, 200) == "/tuned-rl-housekeeping"
+    assert cli("rollback")[0] == 0 and tree.snapshot() == original
+
+
+def test_a_user_process_the_kernel_will_not_move_fails_the_step_and_it_is_undone(cgroup_tree, cli, profile_file,
+                                                                                 monkeypatch):
+    import errno
+    tree = cgroup_tree
+    v1_host(tree)
+    original, write = tree.snapshot(), CgroupTreeHost.write
+
+    def write_refusing(self, target, value):
+        if target.endswith("/cgroup.procs") and value == "200":
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return write(self, target, value)
+
+    monkeypatch.setattr(CgroupTreeHost, "write", write_refusing)
+    status, out, _ = cli("apply", profile_file(PROFILE), "--json")
+    step = json.loads(out)["steps"][0]
+    assert status == 1 and step["outcome"] == "failed" and "pid 200 (hog)" in step["reason"]
+    assert tree.snapshot() == original
 
 
 def test_v2_an_isolated_partition_for_the_workload_and_overlapping_cgroups_narrowed(cgroup_tree, cli, profile_file):

@@ -46,10 +46,12 @@ so ``tuned-rl apply --dry-run`` can show it safely.
 A change's kind says what it changes (:mod:`tuned_rl.core.kinds`): ``file``,
 ``cpulist`` and ``cpumask`` (a /proc or /sys value), ``config_file`` and
 ``directory`` (a file tuned-rl creates or replaces), ``cgroup_dir`` (a cgroup it
-creates), and for a task (``Change(..., task=info.task)``) ``sched``,
+creates), ``service`` (a systemd unit started or stopped), and for a task (``Change(..., task=info.task)``) ``sched``,
 ``affinity``, ``cgroup`` and ``process_cgroup``. The phases are listed in
 :mod:`tuned_rl.core.phases`. A step over many tasks is fine: a task that exits
-before it is changed is counted as gone, not an error.
+before it is changed is counted as gone, not an error. A kind whose ``write`` raises
+``tuned_rl.core.kinds.Refused`` (the kernel never takes that value there, such as a
+managed IRQ's affinity) has that change left out and named in the step's notes.
 """
 
 import pluggy

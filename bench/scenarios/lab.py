@@ -30,6 +30,8 @@ class Outcome:
     report: dict
     host_restored: bool
     value_after_apply: str | None = None  # what the step's target held when apply finished
+    quiet_p999_us: float | None = None  # the target alone, measured in the same run
+    differences: list[str] | None = None  # what the rollback did not put back (placement scenarios)
 
     def row(self) -> str:
         def ms(us):
@@ -132,17 +134,17 @@ def snapshot(paths: list[Path]) -> dict[str, str]:
     return {str(p): p.read_text().strip() for p in paths}
 
 
-def main_once(run) -> None:
+def main_once(run, row=Outcome.row) -> None:
     """A scenario's command line: run it once, print its row, its reason and its JSON report."""
     with tempfile.TemporaryDirectory() as state:
         result = run(Path(state))
     print(HEADER)
-    print(result.row())
+    print(row(result))
     print(result.report["steps"][-1]["reason"])
     print(json.dumps(result.report, indent=1))
 
 
-def main_runs(run) -> None:
+def main_runs(run, row=Outcome.row) -> None:
     """``--runs N``: run a scenario N times and tally its decisions."""
     import argparse
     parser = argparse.ArgumentParser()
@@ -154,5 +156,55 @@ def main_runs(run) -> None:
         with tempfile.TemporaryDirectory() as state:
             result = run(Path(state))
         decisions.append(result.decision)
-        print(result.row(), flush=True)
+        print(row(result), flush=True)
     print(", ".join(f"{d} {decisions.count(d)}" for d in sorted(set(decisions))) + f" of {args.runs}")
+
+
+def measure(target: str, seconds: float, state_dir: Path) -> dict:
+    """`tuned-rl measure --json` of ``target`` ("name:REGEX"): the figures of ``seconds`` of windows."""
+    env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
+    env.pop("TUNED_RL_HOST_ROOT", None)
+    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "measure", "--target", target, "--seconds",
+                             str(seconds), "--window-seconds", "0.5", "--json"],
+                            capture_output=True, text=True, env=env, timeout=seconds + 120)
+    if result.returncode != 0:
+        raise RuntimeError(f"tuned-rl measure exited {result.returncode}: {result.stderr[-2000:]}")
+    return json.loads(result.stdout)
+
+
+def placement() -> dict:
+    """Where interrupts, queue work, workqueues and every task may run, and every cpuset: to show a
+    rollback put the host's placement back exactly (tasks compared by pid and start time)."""
+    found: dict = {"cpusets": sorted(str(p) for p in CPUSET.rglob("*") if p.is_dir())}
+    paths = [Path("/proc/irq/default_smp_affinity"), Path("/sys/devices/virtual/workqueue/cpumask"),
+             *Path("/proc/irq").glob("*/smp_affinity_list"), *Path("/sys/class/net").glob("*/queues/*/rps_cpus"),
+             *Path("/sys/class/net").glob("*/queues/*/xps_cpus")]
+    for path in paths:
+        try:
+            found[str(path)] = path.read_text().strip()
+        except OSError:
+            continue
+    for directory in found["cpusets"]:
+        found[f"{directory}/cpuset.cpus"] = Path(directory, "cpuset.cpus").read_text().strip()
+    for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
+        try:
+            start = task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[19]
+            cpus = next(line.split()[1] for line in task.joinpath("status").read_text().splitlines()
+                        if line.startswith("Cpus_allowed_list:"))
+            cpuset = next(line.rsplit(":", 1)[1] for line in task.joinpath("cgroup").read_text().splitlines()
+                          if line.split(":")[1] == "cpuset")
+        except (OSError, StopIteration, IndexError):
+            continue  # exited meanwhile
+        found[f"task {task.name} {start}"] = (cpuset, cpus)
+    return found
+
+
+def placement_differences(before: dict, after: dict) -> list[str]:
+    """What differs between two placements (tasks that exist in only one are not compared)."""
+    differences = []
+    for key in sorted(set(before) | set(after)):
+        if key.startswith("task ") and (key not in before or key not in after):
+            continue
+        if before.get(key) != after.get(key):
+            differences.append(f"{key}: {before.get(key)!r} -> {after.get(key)!r}")
+    return differences

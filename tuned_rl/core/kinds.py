@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import re
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, ClassVar, Union
@@ -387,7 +388,14 @@ class ThreadCgroup(Kind):
         return host.get_cgroup(change.task, change.target)
 
     def write(self, host, change, value):
-        host.set_cgroup(change.task, change.target, value, whole_process=self.whole_process)
+        try:
+            host.set_cgroup(change.task, change.target, value, whole_process=self.whole_process)
+        except OSError as err:
+            # The kernel keeps some kernel threads where they are (kthreadd, workers that opted
+            # out of migration) whatever their flags say: that is its design, not a failure.
+            if err.errno == errno.EINVAL and _is_kernel_thread(host, change.task):
+                raise Refused("the kernel keeps this kernel thread in its cgroup (Invalid argument)") from err
+            raise
 
     def label(self, change):
         return f"{change.task.label()} {self.name} in {change.target}"
@@ -416,6 +424,13 @@ for _kind in (FileValue(), CpuListFile(), CpuMaskFile(), ConfigFile(), Directory
 
 
 # -- helpers ----------------------------------------------------------------------
+
+
+def _is_kernel_thread(host: Host, task) -> bool:
+    try:
+        return host.process(task.pid).kernel_thread
+    except TaskGone:
+        return False
 
 
 def _cpu_sets_equal(a: Value, b: Value, parse) -> bool:
