@@ -41,8 +41,8 @@ from __future__ import annotations
 import re
 
 from tuned_rl import Change, CpuList, Key, Map, Problem, Step, Table, hookimpl
-from tuned_rl.host import TaskGone, format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask
-from tuned_rl.measure.targets import TargetError, resolve_tids, target_from_table
+from tuned_rl.host import format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask
+from tuned_rl.measure.targets import TargetError, target_processes
 from tuned_rl_plugins import cpu_split as split_cpus
 
 WORKLOAD = "tuned-rl-workload"
@@ -101,7 +101,7 @@ def tuned_rl_plan(profile, host):
     latency, housekeeping = split_cpus.split(table, host)
     step = Step("cpu_isolation", f"isolate CPUs {format_cpu_list(latency)} for the workload")
     try:
-        workload = workload_processes(host, profile.get("target"))
+        workload = target_processes(host, profile.get("target"))
     except TargetError as err:
         step.skip_reason = f"cannot find the workload: {err}"
         return [step]
@@ -130,24 +130,6 @@ def tuned_rl_plan(profile, host):
                                        format_cpu_mask((parse_cpu_mask(current) & housekeeping) or housekeeping)))
     step.notes += boot_recommendation(host, latency)
     return [step]
-
-
-def workload_processes(host, target_table: dict) -> list:
-    """The workload's processes (main threads) now."""
-    target, _ = target_from_table(target_table)
-    tgids = set()
-    for tid in resolve_tids(host, target):
-        try:
-            tgids.add(host.process(tid).tgid)
-        except TaskGone:
-            continue
-    found = []
-    for pid in sorted(tgids):
-        try:
-            found.append(host.process(pid))
-        except TaskGone:
-            continue
-    return found
 
 
 def pin_changes(host, workload: list, pins: dict[str, str], notes: list[str]) -> list[Change]:
@@ -184,13 +166,13 @@ def _v1_changes(host, mount: str, latency, housekeeping, workload, pins, kernel_
                {"cpuset.cpus": format_cpu_list(latency), "cpuset.mems": mems}),
     ]
     changes += pins  # before the move: see the module's docstring
-    workload_pids = {p.pid for p in workload}
-    changes += [Change("process_cgroup", mount, p.cgroups.get("cpuset", "/"), f"/{WORKLOAD}", task=p.task)
+    workload_pids, key = {p.pid for p in workload}, host.cgroup_mount(mount).key
+    changes += [Change("process_cgroup", mount, p.cgroups.get(key, "/"), f"/{WORKLOAD}", task=p.task)
                 for p in workload]
     changes += _narrowed_cpusets(host, mount, latency, housekeeping, notes, ours=(HOUSEKEEPING, WORKLOAD))
     bound, moved_kernel = 0, 0
     for process in host.processes():
-        if process.pid in workload_pids or process.cgroups.get("cpuset", "/") != "/":
+        if process.pid in workload_pids or process.cgroups.get(key, "/") != "/":
             continue
         if process.kernel_thread and (process.fixed_affinity or not kernel_threads):
             bound += process.fixed_affinity

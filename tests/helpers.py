@@ -160,7 +160,8 @@ class CgroupTreeHost(Host):
         if mount is None:
             return
         names = {"tasks": "", "cgroup.procs": ""} if mount.version == 1 else {
-            "cgroup.procs": "", "cgroup.threads": "", "cpuset.cpus": "", "cpuset.cpus.partition": "member"}
+            "cgroup.procs": "", "cgroup.threads": "", "cpuset.cpus": "", "cpuset.cpus.partition": "member",
+            "cpu.weight": "100", "cpu.idle": "0"}
         if mount.version == 1 and "cpuset" in mount.key:
             names.update({"cpuset.cpus": "", "cpuset.mems": ""})
         if mount.version == 1 and "cpu" in mount.key.split(","):
@@ -233,3 +234,47 @@ class CgroupTreeHost(Host):
                 if leader.name.isdigit() and (leader / "task" / parts[2]).is_dir():
                     return super().path("/".join(["", "proc", leader.name, "task", *parts[2:]]))
         return super().path(target)
+
+    # Policy, nice and I/O class live in the tree's stat files too (and a made-up "ioprio" file).
+
+    def _task_bases(self, task):
+        pid = self.process(task.pid).tgid
+        return {f"/proc/{pid}/task/{task.pid}"} | ({f"/proc/{pid}"} if pid == task.pid else set())
+
+    def _edit_stat(self, task, edits: dict[int, str]) -> None:
+        self.check_task(task)
+        for base in self._task_bases(task):
+            fields = self.read(f"{base}/stat").split(" ")
+            for index, value in edits.items():
+                fields[index] = value
+            self.path(f"{base}/stat").write_text(" ".join(fields) + "\n")
+
+    def get_sched(self, task):
+        self.check_task(task)
+        return self.process(task.pid).sched
+
+    def set_sched(self, task, value):
+        from tuned_rl.host.processes import POLICY_NAMES
+        name, _, priority = value.partition(":")
+        number = next(n for n, policy in POLICY_NAMES.items() if policy == name)
+        self._edit_stat(task, {39: priority or "0", 40: str(number)})
+
+    def get_nice(self, task):
+        self.check_task(task)
+        return str(self.process(task.pid).nice)
+
+    def set_nice(self, task, value):
+        self._edit_stat(task, {18: str(int(value))})
+
+    def get_io_priority(self, task):
+        self.check_task(task)
+        path = self.path(f"/proc/{task.pid}/ioprio")
+        return path.read_text().strip() if path.exists() else "none:0"
+
+    def set_io_priority(self, task, value):
+        self.check_task(task)
+        for base in self._task_bases(task):
+            if value == "none:0":  # the default: no file, as before anything was set
+                self.path(f"{base}/ioprio").unlink(missing_ok=True)
+            else:
+                self.path(f"{base}/ioprio").write_text(value + "\n")

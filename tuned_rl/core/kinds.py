@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, ClassVar, Union
 
 from tuned_rl.host import SCHED_POLICIES, Host, TaskGone, parse_cpu_list, parse_cpu_mask
+from tuned_rl.host.host import IOPRIO_CLASSES
 
 if TYPE_CHECKING:
     from tuned_rl.core.changes import Change
@@ -354,6 +355,39 @@ class Sched(Kind):
         return (policy in SCHED_POLICIES or policy.isdigit()) and priority.isdigit()
 
 
+class Nice(Kind):
+    """A thread's nice value, "-20" to "19" (kept for a SCHED_FIFO thread too, in effect once it is not)."""
+
+    name = "nice"
+    task = True
+
+    def read(self, host, change):
+        return host.get_nice(change.task)
+
+    def write(self, host, change, value):
+        host.set_nice(change.task, value)
+
+    def valid_value(self, value):
+        return isinstance(value, str) and value.lstrip("-").isdigit() and -20 <= int(value) <= 19
+
+
+class IoPriority(Kind):
+    """A thread's I/O class and level: "none:0", "best-effort:4", "idle:0" (ioprio_set(2))."""
+
+    name = "io_priority"
+    task = True
+
+    def read(self, host, change):
+        return host.get_io_priority(change.task)
+
+    def write(self, host, change, value):
+        host.set_io_priority(change.task, value)
+
+    def valid_value(self, value):
+        name, _, level = value.partition(":") if isinstance(value, str) else ("", "", "")
+        return name in IOPRIO_CLASSES and level.isdigit() and int(level) <= 7
+
+
 class Affinity(Kind):
     """A thread's CPU affinity, as a CPU list."""
 
@@ -418,7 +452,7 @@ class ProcessCgroup(ThreadCgroup):
     whole_process = True
 
 
-for _kind in (FileValue(), CpuListFile(), CpuMaskFile(), ConfigFile(), Directory(), CgroupDir(), Sched(), Affinity(),
+for _kind in (FileValue(), CpuListFile(), CpuMaskFile(), ConfigFile(), Directory(), CgroupDir(), Sched(), Nice(), IoPriority(), Affinity(),
               ThreadCgroup(), ProcessCgroup(), ServiceState()):
     register_kind(_kind)
 

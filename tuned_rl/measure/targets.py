@@ -159,3 +159,24 @@ def _matches(host: Host, pid: int, pattern: re.Pattern) -> bool:
     except TaskGone:
         return False
     return bool(pattern.search(process.comm) or pattern.search(process.cmdline))
+
+
+def target_processes(host: Host, table: dict) -> list:
+    """The processes (main threads, as ProcessInfo) of a [target] naming pid, name, cgroup or unit, now.
+
+    Raises TargetError for a canary (it starts after planning) or a target that cannot be found.
+    """
+    target, _ = target_from_table(table)
+    tgids = set()
+    for tid in resolve_tids(host, target):
+        try:
+            tgids.add(host.process(tid).tgid)
+        except TaskGone:
+            continue
+    found = []
+    for pid in sorted(tgids):
+        try:
+            found.append(host.process(pid))
+        except TaskGone:
+            continue
+    return found

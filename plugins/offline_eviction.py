@@ -1,0 +1,269 @@
+"""[offline_eviction]: move offline jobs out of the workload's way.
+
+    [offline_eviction]
+    cgroup = true                 # into tuned-rl-offline, minimal CPU weight (default)
+    cpus = "0"                    # optional: the jobs' CPUs (a cpuset), e.g. the housekeeping CPUs
+    policy = "SCHED_IDLE"         # optional, per thread: SCHED_IDLE or SCHED_BATCH
+    nice = 19                     # optional, per thread
+    io_class = "idle"             # optional, per thread: "idle" or "best-effort"
+
+    [[offline_eviction.match]]    # a process matches if every key of one matcher does
+    name = "^stress"              # its name (comm), a regular expression
+    [[offline_eviction.match]]
+    cmdline = "train\\.py"        # its command line
+    user = "batch"                # and it runs as this user
+    # also: cgroup = "/batch" (its cgroup, or one below it, in any hierarchy), unit = "backup.service"
+
+Matches are resolved when the plan is made and listed in it (pid, name, and why each
+matched). One step:
+
+- a cgroup tuned-rl creates, ``tuned-rl-offline``: ``cpu.shares`` 2 on cgroup v1 (the
+  ``cpu`` hierarchy), ``cpu.weight`` 1 and ``cpu.idle`` 1 on v2; with ``cpus``, a cpuset
+  (v1: ``cpuset/tuned-rl-offline``; v2: the same cgroup's ``cpuset.cpus``). Every matched
+  process moves in whole, so children it forks later are evicted too;
+- per thread, if asked: policy, nice, I/O class.
+
+Never moved, and listed as spared with the reason: the [target], PID 1, kernel threads,
+tuned-rl itself and its helpers. Undo restores each thread's policy, nice and I/O class,
+moves each process back to its exact cgroups, and removes the cgroups tuned-rl created (a job
+forked inside one meanwhile goes back to where its parent is by then).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from tuned_rl import Change, CpuList, Key, Problem, Step, Table, ValueType, hookimpl
+from tuned_rl.host import format_cpu_list, parse_cpu_list
+from tuned_rl.measure.targets import TargetError, target_processes, unit_cgroup
+
+OFFLINE = "tuned-rl-offline"
+MATCH_KEYS = ("name", "cmdline", "user", "cgroup", "unit")
+IO_CLASSES = {"idle": "idle:0", "best-effort": "best-effort:7"}
+OWN_COMMAND = re.compile(r"(^|[/\s])tuned-rl(\s|$)|-m tuned_rl\.")  # the CLI, its canary and helpers
+
+
+class Matchers(ValueType):
+    """A list of tables, each with at least one of name, cmdline, user, cgroup, unit."""
+
+    base = list
+    description = "a list of matchers ([[offline_eviction.match]] tables)"
+
+    def check(self, value, host):
+        if not value:
+            return "names no matcher"
+        for index, matcher in enumerate(value):
+            where = f"matcher {index + 1}"
+            if not isinstance(matcher, dict) or not matcher:
+                return f"{where}: a table with at least one of {', '.join(MATCH_KEYS)}"
+            unknown = [k for k in matcher if k not in MATCH_KEYS]
+            if unknown:
+                return f"{where}: unknown key {unknown[0]!r} (known: {', '.join(MATCH_KEYS)})"
+            for key, text in matcher.items():
+                if not isinstance(text, str) or not text:
+                    return f"{where}: {key} must be non-empty text, not {text!r}"
+                if key in ("name", "cmdline"):
+                    try:
+                        re.compile(text)
+                    except re.error as err:
+                        return f"{where}: {key} {text!r} is not a regular expression: {err}"
+        return None
+
+
+TABLE = Table(
+    "offline_eviction",
+    "Move offline jobs out of the workload's way: a cgroup with minimal CPU weight, and per-thread options.",
+    {
+        "match": Key(Matchers(), "Which processes are offline jobs.", required=True),
+        "cgroup": Key(bool, "Move them into the tuned-rl-offline cgroup, minimal CPU weight (default true)."),
+        "cpus": Key(CpuList(), "CPUs the jobs may use (a cpuset), e.g. the housekeeping CPUs."),
+        "policy": Key(str, "Scheduling policy for each of their threads.", choices=("SCHED_IDLE", "SCHED_BATCH")),
+        "nice": Key(int, "Nice for each of their threads.", minimum=-20, maximum=19),
+        "io_class": Key(str, "I/O class for each of their threads.", choices=tuple(IO_CLASSES)),
+    },
+    phase="placement",
+)
+
+
+@hookimpl
+def tuned_rl_tables():
+    return [TABLE]
+
+
+@hookimpl
+def tuned_rl_validate(profile, host):
+    table = profile.get("offline_eviction")
+    if table is None:
+        return None
+    problems = []
+    if not table.get("cgroup", True) and not any(k in table for k in ("cpus", "policy", "nice", "io_class")):
+        problems.append(Problem("offline_eviction", "cgroup = false and no per-thread option: nothing to do"))
+    if "cpus" in table and not table.get("cgroup", True):
+        problems.append(Problem("offline_eviction.cpus", "cpus is the jobs' cpuset: it needs cgroup = true"))
+    if "cpus" in table and profile.get("cpu_isolation") is not None:
+        problems.append(Problem("offline_eviction.cpus", "[cpu_isolation] already puts the jobs on the housekeeping "
+                                                         "CPUs: drop cpus here"))
+    for index, matcher in enumerate(table.get("match") or []):
+        if "unit" in matcher:
+            try:
+                unit_cgroup(host, matcher["unit"])
+            except TargetError as err:
+                problems.append(Problem(f"offline_eviction.match.{index + 1}.unit", str(err)))
+    return problems
+
+
+@hookimpl
+def tuned_rl_plan(profile, host):
+    table = profile.get("offline_eviction")
+    if table is None:
+        return None
+    step = Step("offline_eviction", "evict offline jobs")
+    jobs, spared = match_jobs(host, table["match"], profile.get("target"))
+    step.notes += [f"spared pid {p.pid} ({p.comm}): {why}" for p, why in spared]
+    if not jobs:
+        step.skip_reason = "no running process matches" + (" (but some were spared: see the notes)" if spared else "")
+        return [step]
+    step.notes += [f"matched pid {p.pid} ({p.comm}): {why}" for p, why in jobs]
+    processes = [p for p, _ in jobs]
+    if table.get("cgroup", True):
+        changes, reason = cgroup_changes(host, processes, table.get("cpus"))
+        if reason:
+            step.skip_reason = reason
+            return [step]
+        step.changes += changes
+    for process in processes:
+        for thread in host.threads(process.pid):
+            if "policy" in table and thread.sched != f"{table['policy']}:0":
+                step.changes.append(Change("sched", "", thread.sched, f"{table['policy']}:0", task=thread.task))
+            if "nice" in table:
+                step.changes.append(Change("nice", "", str(thread.nice), str(table["nice"]), task=thread.task))
+            if "io_class" in table:
+                try:
+                    before = host.get_io_priority(thread.task)
+                except LookupError:
+                    continue  # exited since it was listed
+                step.changes.append(Change("io_priority", "", before, IO_CLASSES[table["io_class"]], task=thread.task))
+    return [step]
+
+
+def match_jobs(host, matchers: list[dict], target_table: dict | None) -> tuple[list, list]:
+    """(matched processes with why, spared processes with why), each a list of (ProcessInfo, str)."""
+    target = set()
+    if target_table is not None and not target_table.get("canary"):
+        try:
+            target = {p.tgid for p in target_processes(host, target_table)}
+        except TargetError:
+            pass
+    ours = _own_processes(host)
+    units = {m["unit"]: _unit_relative(host, m["unit"]) for m in matchers if "unit" in m}
+    matched, spared = [], []
+    for process in host.processes():
+        why = next((w for w in (_matches(host, process, m, units) for m in matchers) if w), None)
+        if why is None:
+            continue
+        reason = ("it is the [target]" if process.tgid in target else "PID 1" if process.pid == 1
+                  else "a kernel thread" if process.kernel_thread else "tuned-rl itself or its helper"
+                  if process.pid in ours or OWN_COMMAND.search(process.cmdline) else None)
+        (spared if reason else matched).append((process, f"{why}; {reason}" if reason else why))
+    return matched, spared
+
+
+def _matches(host, process, matcher: dict, units: dict) -> str | None:
+    reasons = []
+    for key, wanted in matcher.items():
+        if key == "name" and re.search(wanted, process.comm):
+            reasons.append(f"name {process.comm!r} matches {wanted!r}")
+        elif key == "cmdline" and re.search(wanted, process.cmdline):
+            reasons.append(f"command line matches {wanted!r}")
+        elif key == "user" and host.user_name(process.uid) == wanted:
+            reasons.append(f"runs as {wanted}")
+        elif key == "cgroup" and any(_below(path, wanted) for path in process.cgroups.values()):
+            reasons.append(f"in cgroup {wanted}")
+        elif key == "unit" and units.get(wanted) and any(_below(p, units[wanted]) for p in process.cgroups.values()):
+            reasons.append(f"in unit {wanted}")
+        else:
+            return None
+    return ", ".join(reasons)
+
+
+def cgroup_changes(host, processes: list, cpus: str | None) -> tuple[list[Change], str | None]:
+    """Changes creating tuned-rl-offline (and its cpuset) and moving ``processes`` in; or a skip reason."""
+    changes, moves = [], []
+    cpu_v1 = host.cgroup_v1_mount("cpu")
+    v2 = next((m.mount_point for m in host.cgroup_mounts() if m.version == 2
+               and "cpu" in _read_words(host, f"{m.mount_point}/cgroup.subtree_control")), None)
+    if cpu_v1 is not None:
+        changes.append(Change("cgroup_dir", f"{cpu_v1}/{OFFLINE}", _before(host, f"{cpu_v1}/{OFFLINE}", ["cpu.shares"]),
+                              {"cpu.shares": "2"}))
+        moves.append((cpu_v1, host.cgroup_mount(cpu_v1).key))
+        if cpus is not None:
+            cpuset = host.cgroup_v1_mount("cpuset")
+            if cpuset is None:
+                return [], "cpus needs a cpuset hierarchy, and this host mounts none"
+            settings = {"cpuset.cpus": format_cpu_list(parse_cpu_list(cpus)), "cpuset.mems": host.read(
+                f"{cpuset}/cpuset.mems")}
+            changes.append(Change("cgroup_dir", f"{cpuset}/{OFFLINE}", _before(host, f"{cpuset}/{OFFLINE}",
+                                                                              list(settings)), settings))
+            moves.append((cpuset, host.cgroup_mount(cpuset).key))
+    elif v2 is not None:
+        settings = {"cpu.weight": "1"}
+        if _kernel_at_least(host, (5, 15)):  # cpu.idle: the group as SCHED_IDLE
+            settings["cpu.idle"] = "1"
+        if cpus is not None:
+            if "cpuset" not in _read_words(host, f"{v2}/cgroup.subtree_control"):
+                return [], f"cpus needs the cpuset controller enabled below the root ({v2}/cgroup.subtree_control)"
+            settings["cpuset.cpus"] = format_cpu_list(parse_cpu_list(cpus))
+        changes.append(Change("cgroup_dir", f"{v2}/{OFFLINE}", _before(host, f"{v2}/{OFFLINE}", list(settings)),
+                              settings))
+        moves.append((v2, ""))
+    else:
+        return [], "no cpu cgroup controller on this host (neither v1 cpu nor v2 with cpu enabled)"
+    for mount, key in moves:
+        changes += [Change("process_cgroup", mount, p.cgroups.get(key, "/"), f"/{OFFLINE}", task=p.task)
+                    for p in processes]
+    return changes, None
+
+
+def _kernel_at_least(host, version: tuple[int, int]) -> bool:
+    try:
+        release = host.read("/proc/sys/kernel/osrelease")
+        return tuple(int(x) for x in re.findall(r"\d+", release)[:2]) >= version
+    except (OSError, ValueError):
+        return False
+
+
+def _own_processes(host) -> set[int]:
+    """tuned-rl's own process and its ancestors (the shell or agent that runs it)."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            pid = host.process(pid).ppid
+        except LookupError:
+            break
+    return pids if host.is_live else set()
+
+
+def _unit_relative(host, unit: str) -> str | None:
+    try:
+        directory = unit_cgroup(host, unit)
+        mount = host.cgroup_mount(directory)
+        return "/" + directory[len(mount.mount_point):].strip("/")
+    except (TargetError, LookupError):
+        return None
+
+
+def _below(path: str, wanted: str) -> bool:
+    wanted = "/" + wanted.strip("/")
+    return path == wanted or path.startswith(wanted.rstrip("/") + "/")
+
+
+def _read_words(host, path: str) -> list[str]:
+    return host.read(path).split() if host.exists(path) else []
+
+
+def _before(host, directory: str, keys: list[str]):
+    if not host.is_dir(directory):
+        return None
+    return {k: host.read(f"{directory}/{k}") for k in keys}

@@ -1,0 +1,69 @@
+"""[sched_fifo]: run the workload's SCHED_FIFO and SCHED_RR threads as SCHED_OTHER at a high priority.
+
+    [target]
+    name = "^actor"               # the workload: pid, name, cgroup or unit (not a canary)
+
+    [sched_fifo]
+    nice = -20                    # the nice they run at once they are SCHED_OTHER (default -20)
+
+A real-time thread in a cgroup whose RT budget runs out is throttled for the rest of the
+period (the first field report: hundreds of milliseconds); as SCHED_OTHER at nice -20 it is
+never throttled, only shares its CPU by weight. Removing FIFO also hurts where FIFO was what
+kept the threads ahead of CPU hogs: the verification loop decides, and reverts the step then.
+
+One step: each such thread's nice is set first (Linux stores it for an RT thread; it takes
+effect once the thread is SCHED_OTHER), then its policy. Undo, in reverse, gives each thread
+back its policy and priority, then its nice. A thread that exits meanwhile is counted as gone.
+"""
+
+from __future__ import annotations
+
+from tuned_rl import Change, Key, Problem, Step, Table, hookimpl
+from tuned_rl.measure.targets import TargetError, target_processes
+
+REAL_TIME = ("SCHED_FIFO", "SCHED_RR")
+
+TABLE = Table(
+    "sched_fifo",
+    "Move the workload's SCHED_FIFO / SCHED_RR threads to SCHED_OTHER at a high priority (nice).",
+    {"nice": Key(int, "Their nice as SCHED_OTHER threads (default -20, the highest).", minimum=-20, maximum=19)},
+    phase="policies",
+)
+
+
+@hookimpl
+def tuned_rl_tables():
+    return [TABLE]
+
+
+@hookimpl
+def tuned_rl_validate(profile, host):
+    if profile.get("sched_fifo") is None:
+        return None
+    target = profile.get("target")
+    if target is None or target.get("canary"):
+        return [Problem("sched_fifo", "needs a [target] naming the workload (pid, name, cgroup or unit): "
+                                      "a canary starts after the plan and its threads cannot be planned")]
+    return []
+
+
+@hookimpl
+def tuned_rl_plan(profile, host):
+    table = profile.get("sched_fifo")
+    if table is None:
+        return None
+    nice = str(table.get("nice", -20))
+    step = Step("sched_fifo", f"run the workload's real-time threads as SCHED_OTHER at nice {nice}")
+    try:
+        workload = target_processes(host, profile.get("target"))
+    except TargetError as err:
+        step.skip_reason = f"cannot find the workload: {err}"
+        return [step]
+    threads = [t for p in workload for t in host.threads(p.pid) if t.policy in REAL_TIME]
+    if not threads:
+        step.skip_reason = "the workload has no SCHED_FIFO or SCHED_RR thread"
+        return [step]
+    for thread in threads:
+        step.changes.append(Change("nice", "", str(thread.nice), nice, task=thread.task))
+        step.changes.append(Change("sched", "", thread.sched, "SCHED_OTHER:0", task=thread.task))
+    return [step]
