@@ -278,3 +278,27 @@ class CgroupTreeHost(Host):
                 self.path(f"{base}/ioprio").unlink(missing_ok=True)
             else:
                 self.path(f"{base}/ioprio").write_text(value + "\n")
+
+    def migrate_pages(self, task, old_nodes, new_nodes):
+        """Move the pages counted in the tree's numa_maps, as the kernel would (to the first new node)."""
+        self.check_task(task)
+        lines = []
+        for line in self.read(f"/proc/{task.pid}/numa_maps").splitlines():
+            fields, moved = line.split(), 0
+            kept = []
+            for field in fields:
+                if field.startswith("N") and "=" in field and int(field[1:].split("=")[0]) in old_nodes:
+                    moved += int(field.split("=")[1])
+                else:
+                    kept.append(field)
+            target = min(new_nodes)
+            out = []
+            for field in kept:
+                if field.startswith(f"N{target}="):
+                    field, moved = f"N{target}={int(field.split('=')[1]) + moved}", 0
+                out.append(field)
+            if moved:
+                out.append(f"N{target}={moved}")
+            lines.append(" ".join(out))
+        self.path(f"/proc/{task.pid}/numa_maps").write_text("\n".join(lines) + "\n")
+        return 0

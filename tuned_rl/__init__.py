@@ -46,7 +46,8 @@ so ``tuned-rl apply --dry-run`` can show it safely.
 A change's kind says what it changes (:mod:`tuned_rl.core.kinds`): ``file``,
 ``cpulist`` and ``cpumask`` (a /proc or /sys value), ``config_file`` and
 ``directory`` (a file tuned-rl creates or replaces), ``cgroup_dir`` (a cgroup it
-creates), ``service`` (a systemd unit started or stopped), and for a task (``Change(..., task=info.task)``) ``sched``,
+creates), ``service`` (a systemd unit started or stopped), and for a task
+(``Change(..., task=info.task)``) ``sched``, ``nice``, ``io_priority``,
 ``affinity``, ``cgroup`` and ``process_cgroup``. The phases are listed in
 :mod:`tuned_rl.core.phases`. A step over many tasks is fine: a task that exits
 before it is changed is counted as gone, not an error. A kind whose ``write`` raises

@@ -54,6 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
     canary.add_argument("--canary-policy", choices=sorted(SCHED_POLICIES), default="SCHED_OTHER")
     canary.add_argument("--canary-priority", type=_non_negative_int, default=0, help="1-99 for FIFO/RR")
     canary.add_argument("--canary-cgroup", help="cgroupfs directory to start the canary in")
+    run = commands.add_parser("exec", help="run a command bound to one NUMA node's CPUs and memory",
+                              description="As `numactl --cpunodebind N --membind N`: CPU affinity to the node's "
+                                          "CPUs and a bind memory policy, set in this process, then the command "
+                                          "replaces it (argv as given, never a shell). Exit status: the command's.")
+    where = run.add_mutually_exclusive_group(required=True)
+    where.add_argument("--node", type=_non_negative_int, help="the NUMA node")
+    where.add_argument("--gpu", help='the node of this GPU: a PCI address ("0000:3b:00.0") or "nvidia0"')
+    where.add_argument("--profile", help="the node a profile's [numa] table names")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
     commands.add_parser("doctor", help="can this host measure latency? what is wrong?")
     rollback = commands.add_parser("rollback", help="undo everything the journal holds, newest first")
     rollback.add_argument("--force", action="store_true",
@@ -108,6 +117,48 @@ def cmd_apply(agent: Agent, args) -> int:
         report, status = agent.apply(profile, verify=not args.no_verify)
     print(report.to_json() if args.json else report.to_text())
     return status
+
+
+def cmd_exec(agent: Agent, args) -> int:
+    from tuned_rl.host.numa import NumaError, bind_memory, gpu_node, topology
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        print("tuned-rl: exec: name the command after --: tuned-rl exec --node 0 -- CMD ARGS...", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        node = args.node
+        if args.gpu is not None:
+            node = gpu_node(agent.host, args.gpu)
+        elif args.profile is not None:
+            node = _profile_node(agent, args.profile)
+        cpus = topology(agent.host).node_cpus(node)
+    except (NumaError, ProfileError) as err:
+        print(f"tuned-rl: exec: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        os.sched_setaffinity(0, cpus)
+        bind_memory({node})
+    except OSError as err:
+        print(f"tuned-rl: exec: cannot bind to node {node}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    sys.stdout.flush()
+    try:
+        os.execvp(argv[0], argv)
+    except FileNotFoundError:
+        print(f"tuned-rl: exec: {argv[0]}: command not found", file=sys.stderr)
+        return 127
+    except OSError as err:
+        print(f"tuned-rl: exec: {argv[0]}: {err.strerror}", file=sys.stderr)
+        return 126
+
+
+def _profile_node(agent: Agent, path: str) -> int:
+    from tuned_rl.host.numa import NumaError, gpu_node
+    profile = load_profile(path)
+    table = profile.get("numa")
+    if not table or ("node" not in table and "gpu" not in table):
+        raise NumaError(f"{path} has no [numa] table naming node or gpu")
+    return gpu_node(agent.host, table["gpu"]) if "gpu" in table else int(table["node"])
 
 
 def cmd_rollback(agent: Agent, args) -> int:
@@ -257,7 +308,7 @@ def _measure_problems(host: Host, args) -> list:
 
 
 COMMANDS = {"apply": cmd_apply, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,
-            "measure": cmd_measure, "doctor": cmd_doctor}
+            "measure": cmd_measure, "doctor": cmd_doctor, "exec": cmd_exec}
 
 
 def _may_change(host: Host, command: str) -> bool:

@@ -85,8 +85,11 @@ def processes(commands: list[list[str]], setup=None):
                 process.wait()
 
 
+OFFLINE_JOB = "tuned-rl-lab-offline-job"  # in every CPU hog's command line: what eviction matches
+
+
 def hog_command() -> list[str]:
-    return [sys.executable, "-c", "while True: pass"]
+    return [sys.executable, "-c", "while True: pass", OFFLINE_JOB]
 
 
 def duty_command(busy_ms: float, period_ms: float) -> list[str]:

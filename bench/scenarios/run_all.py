@@ -11,19 +11,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import drifting_target  # noqa: E402
+import fifo_removal  # noqa: E402
 import harmful_step  # noqa: E402
 import harmless_step  # noqa: E402
+import noisy_neighbour  # noqa: E402
 import rt_throttling  # noqa: E402
 from lab import HEADER  # noqa: E402
 
 
 def main() -> None:
     print(HEADER, flush=True)
-    for run in (rt_throttling.run, harmful_step.run, harmless_step.run, drifting_target.run,
-                lambda state: drifting_target.run(state, "ramp")):
+    runs = [(rt_throttling.run, None), (harmful_step.run, None), (harmless_step.run, None),
+            (drifting_target.run, None), (lambda state: drifting_target.run(state, "ramp"), None),
+            (lambda state: fifo_removal.run(state, "helps"), None), (lambda state: fifo_removal.run(state, "hurts"), None)]
+    runs += [(lambda state, v=v: noisy_neighbour.run(state, v), noisy_neighbour.row)
+             for v in ("isolate", "evict", "evict-isolate")]
+    for run, row in runs:
         with tempfile.TemporaryDirectory() as state:
             result = run(Path(state))
-        print(result.row(), flush=True)
+        print(row(result) if row else result.row(), flush=True)
 
 
 if __name__ == "__main__":

@@ -80,3 +80,35 @@ def test_a_harmless_step_on_a_drifting_live_workload_is_not_reverted(variant, tm
     assert results[-1].decision in ("kept", "inconclusive"), step["reason"]
     # The profile names the workload and has no canary: these events are the workload's own.
     assert step["before"]["n"] >= 2000 and step["after"]["n"] >= 2000
+
+
+@pytest.mark.skipif(Host().online_cpus() != {0, 1} or not Path("/sys/fs/cgroup/cpuset/cpuset.cpus").exists(),
+                    reason="the noisy-neighbour scenarios are written for this 2-CPU host with a v1 cpuset")
+@pytest.mark.parametrize("variant", ["isolate", "evict", "evict-isolate"])
+def test_a_noisy_neighbour_is_moved_away_kept_and_put_back(variant, tmp_path):
+    import noisy_neighbour
+    result = noisy_neighbour.run(tmp_path, variant)
+    print(noisy_neighbour.row(result))
+    assert result.decision == "kept", result.report
+    assert result.host_restored, result.differences
+    if variant == "evict":
+        assert result.after_p999_us * 3 <= result.before_p999_us
+    else:
+        assert result.after_p999_us <= 1.5 * result.quiet_p999_us
+
+
+def test_fifo_removal_is_kept_where_the_rt_budget_throttles_the_workload(tmp_path):
+    import fifo_removal
+    result = fifo_removal.run(tmp_path, "helps")
+    print(result.row())
+    assert result.decision == "kept", result.report["steps"][-1]["reason"]
+    assert result.after_p999_us * 10 <= result.before_p999_us and result.host_restored
+
+
+def test_fifo_removal_is_reverted_where_fifo_kept_the_workload_ahead_of_cpu_hogs(tmp_path):
+    import fifo_removal
+    result = fifo_removal.run(tmp_path, "hurts")
+    print(result.row())
+    assert result.decision == "reverted", result.report["steps"][-1]["reason"]
+    assert result.value_after_apply == " ".join([f"{os.SCHED_FIFO}:50"] * 4)  # FIFO again when apply returned
+    assert result.host_restored

@@ -384,6 +384,11 @@ class Host:
     def set_affinity(self, task: Task, value: str) -> None:
         self.on_task(task, lambda pid: os.sched_setaffinity(pid, parse_cpu_list(value)))
 
+    def migrate_pages(self, task: Task, old_nodes: set[int], new_nodes: set[int]) -> int:
+        """Move the process's pages from ``old_nodes`` to ``new_nodes``; how many could not be moved."""
+        from tuned_rl.host.numa import migrate_pages
+        return self.on_task(task, lambda pid: migrate_pages(pid, old_nodes, new_nodes))
+
     def get_nice(self, task: Task) -> str:
         """The thread's nice value ("-20" .. "19"); per thread, as Linux keeps it."""
         return str(self.on_task(task, lambda pid: os.getpriority(os.PRIO_PROCESS, pid)))

@@ -1,0 +1,200 @@
+"""[numa]: bind the workload's CPUs and memory to one NUMA node, as `numactl --cpunodebind --membind` does.
+
+    [numa]
+    node = 1                      # or gpu = "0000:3b:00.0" / gpu = "nvidia0": the GPU's node
+    unit = "llm.service"          # optional: a systemd drop-in, so the service starts bound
+    running = true                # the [target]'s running processes too (default true)
+
+Two steps, each verified:
+
+- **A systemd service** (``unit``): a drop-in ``/etc/systemd/system/UNIT.d/tuned-rl-numa.conf``
+  with ``NUMAPolicy=bind``, ``NUMAMask=`` and ``CPUAffinity=`` (systemd 243+), then
+  ``systemctl daemon-reload``. It takes effect when the service next starts: tuned-rl does not
+  restart it. Undo removes the drop-in (and the directory, if tuned-rl made it) and reloads.
+- **Running processes** (the ``[target]``): each thread's CPU affinity set to the node's CPUs,
+  and each process's pages moved to the node (migrate_pages(2)). Undo restores each thread's
+  affinity exactly. Pages cannot be put back page by page: undo moves them back only where the
+  node they are on now held none of them before (all on node 0, bound to node 1: back to node
+  0). Pages that were spread over both nodes stay on the bound node, which they were allowed
+  on; the kernel's NUMA balancing may move them later. The plan lists each process's share of
+  resident pages on the node before.
+
+On a host with one NUMA node, or a virtual machine whose topology shows one (it may hide the
+real host's), the steps are skipped and say why: binding would change nothing.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tuned_rl import Change, Key, Kind, Problem, Step, Table, hookimpl
+from tuned_rl.host import format_cpu_list, parse_cpu_list
+from tuned_rl.host.numa import NumaError, gpu_node, page_shares, topology
+from tuned_rl.measure.targets import TargetError, target_processes
+
+UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]+\.service$")
+DROP_IN = "tuned-rl-numa.conf"
+MIN_SHARE = 0.01  # a node holding less of a process's pages than this does not count as holding them
+
+TABLE = Table(
+    "numa",
+    "Bind the workload's CPUs and memory to one NUMA node (or its GPU's).",
+    {
+        "node": Key(int, "The NUMA node.", minimum=0, maximum=1023),
+        "gpu": Key(str, 'A GPU whose node to use: a PCI address ("0000:3b:00.0") or "nvidia0".'),
+        "unit": Key(str, "A systemd service to bind from its next start (a drop-in)."),
+        "running": Key(bool, "Bind the [target]'s running processes too (default true)."),
+    },
+    phase="placement",
+)
+
+
+class NumaPages(Kind):
+    """The nodes holding a process's pages (at least 1% of them each), as a node list ("0-1").
+
+    Writing moves the pages on other nodes to the wanted ones (migrate_pages(2)); a value
+    holds when no node outside it has 1% of the pages (a few shared pages may not move)."""
+
+    name = "numa_pages"
+    task = True
+
+    def read(self, host, change):
+        return format_cpu_list(_holding(host, change.task.pid))
+
+    def write(self, host, change, value):
+        wanted = parse_cpu_list(value)
+        current = _holding(host, change.task.pid)
+        if current - wanted:
+            host.migrate_pages(change.task, current - wanted, wanted)
+
+    def same(self, a, b):
+        try:
+            return parse_cpu_list(a) <= parse_cpu_list(b)
+        except (ValueError, TypeError):
+            return a == b
+
+    def valid_value(self, value):
+        try:
+            return isinstance(value, str) and bool(parse_cpu_list(value))
+        except ValueError:
+            return False
+
+
+def _holding(host, pid: int) -> set[int]:
+    pages = page_shares(host, pid)
+    total = sum(pages.values())
+    return {node for node, count in pages.items() if total and count / total >= MIN_SHARE}
+
+
+@hookimpl
+def tuned_rl_tables():
+    return [TABLE]
+
+
+@hookimpl
+def tuned_rl_change_kinds():
+    return [NumaPages()]
+
+
+@hookimpl
+def tuned_rl_validate(profile, host):
+    table = profile.get("numa")
+    if table is None:
+        return None
+    problems = []
+    if ("node" in table) == ("gpu" in table):
+        problems.append(Problem("numa", "name exactly one of node and gpu"))
+    if "unit" in table and not UNIT.match(table["unit"]):
+        problems.append(Problem("numa.unit", f"{table['unit']!r} is not a systemd service name (\"llm.service\")"))
+    running = table.get("running", True)
+    target = profile.get("target")
+    if running and (target is None or target.get("canary")) and "unit" not in table:
+        problems.append(Problem("numa", "bind what? name the workload in [target] (pid, name, cgroup or unit), "
+                                        "or a unit here"))
+    if problems:
+        return problems
+    try:
+        node = _node(host, table)
+        if len(topology(host).nodes) > 1:
+            topology(host).node_cpus(node)
+    except NumaError as err:
+        problems.append(Problem("numa.gpu" if "gpu" in table else "numa.node", str(err)))
+    return problems
+
+
+@hookimpl
+def tuned_rl_plan(profile, host):
+    table = profile.get("numa")
+    if table is None:
+        return None
+    node = _node(host, table)
+    nodes = topology(host)
+    steps = []
+    if "unit" in table:
+        steps.append(Step("numa", f"bind {table['unit']} to node {node} from its next start"))
+    target = profile.get("target")
+    if table.get("running", True) and target is not None and not target.get("canary"):
+        steps.append(Step("numa", f"bind the workload's running processes to node {node}"))
+    if len(nodes.nodes) < 2:
+        reason = "this host has one NUMA node: binding to it changes nothing"
+        if _is_virtual_machine(host):
+            reason += (" (a virtual machine: its one node may hide the host's topology; ask for the guest's vCPUs "
+                       "and memory on one host node, or for virtual NUMA)")
+        for step in steps:
+            step.skip_reason = reason
+        return steps
+    cpus = format_cpu_list(nodes.node_cpus(node))
+    for step in steps:
+        if step.title.startswith("bind the workload"):
+            _plan_running(host, step, profile.get("target"), node, cpus)
+        else:
+            step.changes += drop_in_changes(host, table["unit"], node, cpus)
+    return steps
+
+
+def drop_in_changes(host, unit: str, node: int, cpus: str) -> list[Change]:
+    directory = f"/etc/systemd/system/{unit}.d"
+    path = f"{directory}/{DROP_IN}"
+    text = (f"# tuned-rl [numa]: bind {unit} to NUMA node {node} (undone by `tuned-rl rollback`)\n"
+            f"[Service]\nNUMAPolicy=bind\nNUMAMask={node}\nCPUAffinity={cpus}\n")
+    before = None
+    if host.exists(path):
+        before = {"mode": host.file_mode(path), "text": host.read_bytes(path).decode("utf-8", "replace")}
+    return [Change("directory", directory, "present" if host.is_dir(directory) else None, "present"),
+            Change("config_file", path, before, {"mode": 0o644, "text": text}, follow_up="systemd-daemon-reload")]
+
+
+def _plan_running(host, step: Step, target_table: dict, node: int, cpus: str) -> None:
+    try:
+        workload = target_processes(host, target_table)
+    except TargetError as err:
+        step.skip_reason = f"cannot find the workload: {err}"
+        return
+    if not workload:
+        step.skip_reason = "the workload has no processes now: start it first, then apply"
+        return
+    for process in workload:
+        for thread in host.threads(process.pid):
+            step.changes.append(Change("affinity", "", thread.affinity, cpus, task=thread.task))
+        try:
+            pages = page_shares(host, process.pid)
+        except OSError:
+            continue
+        total = sum(pages.values())
+        share = pages.get(node, 0) / total if total else 0.0
+        step.notes.append(f"placement before: pid {process.pid} ({process.comm}) has {share:.0%} of its {total} "
+                          f"resident pages on node {node}")
+        step.changes.append(Change("numa_pages", "", format_cpu_list(_holding(host, process.pid)) or str(node),
+                                   str(node), task=process.task))
+
+
+def _node(host, table: dict) -> int:
+    return gpu_node(host, table["gpu"]) if "gpu" in table else table["node"]
+
+
+def _is_virtual_machine(host) -> bool:
+    try:
+        return any("hypervisor" in line.split() for line in host.read("/proc/cpuinfo").splitlines()
+                   if line.startswith("flags"))
+    except OSError:
+        return False

@@ -1,0 +1,150 @@
+"""[numa] and `tuned-rl exec` on temporary trees with two nodes (and one), and exec on this host."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from helpers import CgroupTreeHost
+from tuned_rl.host.numa import NumaError, gpu_node, page_shares
+
+MAPS = ("7f0000000000 default anon=300 dirty=300 N0=300 kernelpagesize_kB=4\n"
+        "7f0000100000 default file=/usr/lib/libx.so mapped=100 N1=100 kernelpagesize_kB=4\n")
+
+
+@pytest.fixture
+def two_nodes(tree, monkeypatch):
+    monkeypatch.setattr("tuned_rl.cli.Host", CgroupTreeHost)
+    tree.host = CgroupTreeHost(tree.root)
+    tree.set("/sys/devices/system/cpu/online", "0-3")
+    tree.set("/sys/devices/system/node/online", "0-1")
+    tree.set("/sys/devices/system/node/node0/cpulist", "0-1")
+    tree.set("/sys/devices/system/node/node1/cpulist", "2-3")
+    tree.set("/sys/bus/pci/devices/0000:3b:00.0/numa_node", "1")
+    tree.set("/sys/bus/pci/devices/0000:af:00.0/numa_node", "-1")
+    tree.set("/proc/driver/nvidia/gpus/0000:3b:00.0/information", "Model: A100\nDevice Minor: \t 0\n")
+    tree.set("/proc/cpuinfo", "processor\t: 0\nflags\t\t: fpu sse hypervisor\n")
+    tree.add_process(100, "model", (101,), affinity="0-3", start_time=100)
+    tree.set("/proc/100/numa_maps", MAPS)
+    tree.host.path("/etc/systemd/system").mkdir(parents=True)
+    return tree
+
+
+PROFILE = '[target]\nname = "^model$"\n\n[numa]\ngpu = "{gpu}"\n'
+
+
+def test_page_shares_add_up_every_mapping_by_node(two_nodes):
+    assert page_shares(two_nodes.host, 100) == {0: 300, 1: 100}
+
+
+@pytest.mark.parametrize("gpu", ["0000:3b:00.0", "nvidia0"])
+def test_the_gpus_node_is_bound_threads_pinned_and_pages_moved_then_put_back(two_nodes, cli, profile_file, gpu):
+    tree = two_nodes
+    profile = profile_file(PROFILE.format(gpu=gpu))
+    dry = json.loads(cli("apply", profile, "--dry-run", "--json")[1])
+    [step] = dry["steps"]
+    assert step["step"] == "bind the workload's running processes to node 1" and step["phase"] == "placement"
+    assert [(c["target"], c["before"], c["after"]) for c in step["changes"]] == [
+        ("pid 100 (model) affinity", "0-3", "2-3"), ("pid 101 (model) affinity", "0-3", "2-3"),
+        ("pid 100 (model) numa_pages", "0-1", "1")]
+    assert "placement before: pid 100 (model) has 25% of its 400 resident pages on node 1" in step["notes"]
+    status, out, err = cli("apply", profile, "--json")
+    assert status == 0, err
+    assert page_shares(tree.host, 100) == {1: 400} and tree.host.process(101).affinity == "2-3"
+    assert cli("rollback")[0] == 0
+    assert tree.host.process(100).affinity == "0-3" and tree.host.process(101).affinity == "0-3"
+    # Pages were on both nodes before: they stay where the apply put them (README: what undo can restore).
+    assert page_shares(tree.host, 100) == {1: 400}
+
+
+def test_pages_that_were_on_one_node_go_back_to_it(two_nodes, cli, profile_file):
+    tree = two_nodes
+    tree.set("/proc/100/numa_maps", "7f0000000000 default anon=300 N0=300 kernelpagesize_kB=4\n")
+    assert cli("apply", profile_file(PROFILE.format(gpu="0000:3b:00.0")))[0] == 0
+    assert page_shares(tree.host, 100) == {1: 300}
+    assert cli("rollback")[0] == 0 and page_shares(tree.host, 100) == {0: 300}
+
+
+def test_a_service_gets_a_drop_in_with_the_right_keys_and_loses_it_on_rollback(two_nodes, cli, profile_file):
+    tree = two_nodes
+    original = tree.snapshot()
+    profile = profile_file('[numa]\nnode = 1\nunit = "llm.service"\nrunning = false\n')
+    status, out, err = cli("apply", profile, "--json")
+    assert status == 0, err
+    text = tree.host.path("/etc/systemd/system/llm.service.d/tuned-rl-numa.conf").read_text()
+    assert "[Service]\nNUMAPolicy=bind\nNUMAMask=1\nCPUAffinity=2-3\n" in text
+    assert tree.get("/run/tuned-rl-actions.log").splitlines() == ["systemctl daemon-reload"]
+    assert cli("rollback")[0] == 0
+    assert not tree.host.path("/etc/systemd/system/llm.service.d").exists()
+    assert tree.get("/run/tuned-rl-actions.log").splitlines() == ["systemctl daemon-reload"] * 2
+    after = tree.snapshot()
+    after.pop("run/tuned-rl-actions.log")
+    assert after == original
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_the_drop_in_passes_systemd_analyze_verify(two_nodes, tmp_path):
+    from tuned_rl_plugins.numa import drop_in_changes
+    [_, drop_in] = drop_in_changes(two_nodes.host, "llm.service", 1, "2-3")
+    units = tmp_path / "units"
+    (units / "llm.service.d").mkdir(parents=True)
+    (units / "llm.service").write_text("[Unit]\nDescription=test\n\n[Service]\nExecStart=/bin/true\n")
+    (units / "llm.service.d" / "tuned-rl-numa.conf").write_text(drop_in.after["text"])
+    result = subprocess.run(["systemd-analyze", "verify", "--man=no", str(units / "llm.service")],
+                            capture_output=True, text=True, env={**os.environ, "SYSTEMD_UNIT_PATH": f"{units}:"})
+    assert "NUMA" not in result.stderr and "CPUAffinity" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+def test_on_one_node_the_steps_are_skipped_and_a_vm_is_named(two_nodes, cli, profile_file):
+    tree = two_nodes
+    tree.set("/sys/devices/system/node/online", "0")
+    out = cli("apply", profile_file('[target]\nname = "^model$"\n\n[numa]\nnode = 0\nunit = "llm.service"\n'),
+              "--json")[1]
+    steps = json.loads(out)["steps"]
+    assert [s["outcome"] for s in steps] == ["skipped", "skipped"]
+    assert "one NUMA node" in steps[0]["reason"] and "virtual machine" in steps[0]["reason"]
+
+
+@pytest.mark.parametrize("table, message", [
+    ('gpu = "0000:af:00.0"', "firmware does not say"),
+    ('gpu = "0000:00:00.0"', "no PCI device"),
+    ('gpu = "nvidia3"', "no GPU with that device minor"),
+    ('gpu = "card0"', "name a PCI address"),
+    ("node = 5", "not an online NUMA node"),
+    ('node = 1\ngpu = "nvidia0"', "exactly one of node and gpu"),
+    ('node = 1\nunit = "llm"', "not a systemd service name"),
+])
+def test_a_node_that_cannot_be_used_exits_2_with_why(two_nodes, cli, profile_file, table, message):
+    status, _, err = cli("apply", profile_file(f'[target]\nname = "^model$"\n\n[numa]\n{table}\n'))
+    assert status == 2 and message in err, err
+
+
+def test_gpu_names_resolve_through_the_nvidia_driver(two_nodes):
+    assert gpu_node(two_nodes.host, "nvidia0") == 1
+    with pytest.raises(NumaError, match="-1"):
+        gpu_node(two_nodes.host, "0000:af:00.0")
+
+
+def test_exec_binds_a_command_to_node_0_on_this_host():
+    code = ("import re; s = open('/proc/self/status').read(); "
+            "print(re.search(r'Cpus_allowed_list:\\s*(\\S+)', s).group(1)); "
+            "print(sum('bind:0' in line for line in open('/proc/self/numa_maps')))")
+    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "exec", "--node", "0", "--", sys.executable, "-c",
+                             code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    cpus, bound = result.stdout.split()
+    node0 = open("/sys/devices/system/node/node0/cpulist").read().strip()
+    assert cpus == node0 and int(bound) > 0  # every mapping made after exec carries the bind policy
+    status = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "exec", "--node", "0", "--", "sh", "-c", "exit 7"])
+    assert status.returncode == 7  # the command's own exit status
+    missing = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "exec", "--node", "0", "--", "no-such-command-x"],
+                             capture_output=True, text=True)
+    assert missing.returncode == 127 and "command not found" in missing.stderr
+    assert re.search("not an online NUMA node", subprocess.run(
+        [sys.executable, "-m", "tuned_rl.cli", "exec", "--node", "63", "--", "true"], capture_output=True,
+        text=True).stderr)
