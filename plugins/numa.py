@@ -50,32 +50,44 @@ TABLE = Table(
 
 
 class NumaPages(Kind):
-    """The nodes holding a process's pages (at least 1% of them each), as a node list ("0-1").
+    """Where a process's pages are: ``{"nodes": "0-1", "share": "25% of 400 pages on node 1"}``.
 
-    Writing moves the pages on other nodes to the wanted ones (migrate_pages(2)); a value
-    holds when no node outside it has 1% of the pages (a few shared pages may not move)."""
+    ``nodes`` lists the nodes holding at least 1% of its resident pages; ``share`` (read, never
+    written) says how much is on the node the step binds to. Writing moves the pages on other
+    nodes to the wanted ones (migrate_pages(2)); a value holds when no node outside it has 1%
+    of the pages (a few shared pages may not move). The report shows where the pages ended up."""
 
     name = "numa_pages"
     task = True
+    shows_read_back = True
 
     def read(self, host, change):
-        return format_cpu_list(_holding(host, change.task.pid))
+        pages = page_shares(host, change.task.pid)
+        total = sum(pages.values())
+        wanted = parse_cpu_list(change.after["nodes"])
+        share = sum(pages.get(n, 0) for n in wanted) / total if total else 0.0
+        return {"nodes": format_cpu_list(_holding(host, change.task.pid)) or change.after["nodes"],
+                "share": f"{share:.0%} of {total} pages on node {change.after['nodes']}"}
 
     def write(self, host, change, value):
-        wanted = parse_cpu_list(value)
+        wanted = parse_cpu_list(value["nodes"])
         current = _holding(host, change.task.pid)
         if current - wanted:
             host.migrate_pages(change.task, current - wanted, wanted)
 
     def same(self, a, b):
         try:
-            return parse_cpu_list(a) <= parse_cpu_list(b)
-        except (ValueError, TypeError):
+            return parse_cpu_list(a["nodes"]) <= parse_cpu_list(b["nodes"])
+        except (ValueError, TypeError, KeyError):
             return a == b
+
+    def show(self, value):
+        return f"nodes {value['nodes']}" + (f" ({value['share']})" if value.get("share") else "")
 
     def valid_value(self, value):
         try:
-            return isinstance(value, str) and bool(parse_cpu_list(value))
+            return (isinstance(value, dict) and set(value) <= {"nodes", "share"} and isinstance(value.get("nodes"), str)
+                    and bool(parse_cpu_list(value["nodes"])) and isinstance(value.get("share", ""), str))
         except ValueError:
             return False
 
@@ -184,8 +196,9 @@ def _plan_running(host, step: Step, target_table: dict, node: int, cpus: str) ->
         share = pages.get(node, 0) / total if total else 0.0
         step.notes.append(f"placement before: pid {process.pid} ({process.comm}) has {share:.0%} of its {total} "
                           f"resident pages on node {node}")
-        step.changes.append(Change("numa_pages", "", format_cpu_list(_holding(host, process.pid)) or str(node),
-                                   str(node), task=process.task))
+        before = {"nodes": format_cpu_list(_holding(host, process.pid)) or str(node),
+                  "share": f"{share:.0%} of {total} pages on node {node}"}
+        step.changes.append(Change("numa_pages", "", before, {"nodes": str(node)}, task=process.task))
 
 
 def _node(host, table: dict) -> int:

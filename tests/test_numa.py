@@ -50,11 +50,15 @@ def test_the_gpus_node_is_bound_threads_pinned_and_pages_moved_then_put_back(two
     assert step["step"] == "bind the workload's running processes to node 1" and step["phase"] == "placement"
     assert [(c["target"], c["before"], c["after"]) for c in step["changes"]] == [
         ("pid 100 (model) affinity", "0-3", "2-3"), ("pid 101 (model) affinity", "0-3", "2-3"),
-        ("pid 100 (model) numa_pages", "0-1", "1")]
+        ("pid 100 (model) numa_pages", "nodes 0-1 (25% of 400 pages on node 1)", "nodes 1")]
     assert "placement before: pid 100 (model) has 25% of its 400 resident pages on node 1" in step["notes"]
     status, out, err = cli("apply", profile, "--json")
     assert status == 0, err
     assert page_shares(tree.host, 100) == {1: 400} and tree.host.process(101).affinity == "2-3"
+    pages = json.loads(out)["steps"][0]["changes"][-1]
+    assert pages["after"] == "nodes 1 (100% of 400 pages on node 1)"  # where the pages ended up, read back
+    current = [c for c in json.loads(cli("status", "--json")[1])["changes"] if c["target"].endswith("numa_pages")]
+    assert current[0]["current"] == "nodes 1 (100% of 400 pages on node 1)" and current[0]["state"] == "holds"
     assert cli("rollback")[0] == 0
     assert tree.host.process(100).affinity == "0-3" and tree.host.process(101).affinity == "0-3"
     # Pages were on both nodes before: they stay where the apply put them (README: what undo can restore).

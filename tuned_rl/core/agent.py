@@ -63,6 +63,7 @@ class Agent:
     host: Host
     journal: Journal
     progress: Progress = lambda message: None
+    _read_back: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def dry_run(self, profile: Profile) -> Report:
         """The plan, with nothing written anywhere (no lock, no state directory)."""
@@ -256,6 +257,8 @@ class Agent:
                              f"{err.strerror or err}") from err
         pause_point("written")
         now = change.read(self.host)
+        if change.handler.shows_read_back and value == change.after:
+            self._read_back[change.identity()] = now
         if not change.holds(now, value):
             raise StepFailed(f"{change.label()}: wrote {change.handler.show(value)!r} but it reads back "
                              f"{change.handler.show(now)!r}")
@@ -422,7 +425,10 @@ class Agent:
                      gone: int = 0) -> StepReport:
         shown = changes if changes is not None else (step.pending_changes or step.changes)
         return StepReport(self._plugin(step), step.title,
-                          [ChangeReport(c.label(), c.handler.show(c.before), c.handler.show(c.after)) for c in shown],
+                          [ChangeReport(c.label(), c.handler.show(c.before),
+                                        c.handler.show(self._read_back.get(c.identity(), c.after))
+                                        if outcome in ("applied", "kept", "inconclusive") else c.handler.show(c.after))
+                           for c in shown],
                           outcome, reason, phase=self.plugins.phase_of(step.table), gone=gone, notes=list(step.notes))
 
 

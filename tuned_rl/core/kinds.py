@@ -44,6 +44,9 @@ class Kind:
 
     name: ClassVar[str] = ""
     task: ClassVar[bool] = False  # the change carries a Task (pid and start time)
+    # The report's "after" is the value read back once written, not the value asked for (where a
+    # process's pages ended up, not where they were sent).
+    shows_read_back: ClassVar[bool] = False
 
     def read(self, host: Host, change: "Change") -> Value:
         """The value the host holds now; raises TaskGone for a task that is gone."""
