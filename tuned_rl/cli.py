@@ -14,7 +14,8 @@ from tuned_rl.core.journal import DEFAULT_STATE_DIR, Journal, JournalError
 from tuned_rl.core.lock import LockHeld, StateDirError
 from tuned_rl.core.phases import PHASES
 from tuned_rl.core.plugin_host import load_plugins
-from tuned_rl.core.report import format_table
+from tuned_rl.core import metrics
+from tuned_rl.core.report import format_table, to_diff
 from tuned_rl.host import SCHED_POLICIES, Host
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.doctor import examine
@@ -37,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("profile", help="profile file (TOML)")
     apply.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     apply.add_argument("--no-verify", action="store_true", help="apply without latency verification")
+    apply.add_argument("--format", choices=("table", "diff"), default="table",
+                       help="diff: the plan as a unified-diff-style listing of live values (with --dry-run)")
+    apply.add_argument("--metrics-file", help="also write Prometheus metrics here (node_exporter textfile "
+                                              "collector), atomically")
     measure = commands.add_parser("measure", help="one latency measurement of a target")
     measure.add_argument("--target", required=True, type=_target,
                          help="pid:PID, name:REGEX, cgroup:PATH (cgroupfs directory), unit:NAME, or canary")
@@ -109,13 +114,25 @@ def cmd_apply(agent: Agent, args) -> int:
             print(f"tuned-rl: {message}", file=sys.stderr)
         print(f"tuned-rl: {problems[-1]} (the profile was rejected; nothing was changed)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.format == "diff" and not args.dry_run:
+        print("tuned-rl: --format diff shows a plan: use it with --dry-run", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.metrics_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.metrics_file))):
+        print(f"tuned-rl: --metrics-file {args.metrics_file}: its directory does not exist", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if not args.dry_run and not _may_change(agent.host, "apply"):
         return EXIT_FAILED
+    started = time.time()
     if args.dry_run:
         report, status = agent.dry_run(profile), EXIT_OK
     else:
         report, status = agent.apply(profile, verify=not args.no_verify)
-    print(report.to_json() if args.json else report.to_text())
+    if args.json:
+        print(report.to_json())
+    else:
+        print(to_diff(report) if args.format == "diff" else report.to_text())
+    if args.metrics_file:
+        metrics.write(args.metrics_file, metrics.render(report, started, time.time(), status))
     return status
 
 

@@ -30,6 +30,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as state:
             result = run(Path(state))
         print(row(result) if row else result.row(), flush=True)
+        verdicts = [s["verdict"] for s in result.report["steps"] if s.get("verdict")]
+        if verdicts and verdicts[-1].get("seconds") is not None:
+            print(f"  {'':<14} decided on {verdicts[-1]['windows']} windows, {verdicts[-1]['seconds']} s of measurement",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -125,3 +125,26 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[s
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip()
             for row in [header, *rows]]
+
+
+def to_diff(report: Report) -> str:
+    """The plan as a unified-diff-style listing of live values, for a change review: one hunk per
+    step that changes something, ``-`` the value the host holds now, ``+`` the value planned."""
+    lines = [f"--- live values of this host", f"+++ profile {report.profile}"]
+    lines += [f"# note: {note}" for note in report.notes]
+    for step in report.steps:
+        header = f"@@ {step.phase or ''}: {step.plugin}: {step.step} ({step.outcome}) @@"
+        if step.outcome == "skipped":
+            lines += [header, f"# skipped: {step.reason}"]
+            continue
+        if not step.changes or step.outcome == "unchanged":
+            continue
+        lines.append(header)
+        for change in step.changes:
+            for sign, value in (("-", change.before), ("+", change.after)):
+                text = "(absent)" if value is None else value
+                first, *more = text.splitlines() or [""]
+                lines.append(f"{sign}{change.target} = {first}")
+                lines += [f"{sign}{' ' * len(change.target)}   {line}" for line in more]
+        lines += [f"# note: {note}" for note in step.notes]
+    return "\n".join(lines)
