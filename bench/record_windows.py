@@ -13,6 +13,8 @@ recordings of a default canary (8,000 events a second), 300 s each: canary8k_qui
 and canary8k_jobs.npz (--jobs-come-and-go).
 """
 
+
+from __future__ import annotations
 import argparse
 import os
 import random

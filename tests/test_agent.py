@@ -1,5 +1,7 @@
 """apply / rollback / status on a temporary host tree: journaling, read-back, drift, stale boots."""
 
+
+from __future__ import annotations
 import json
 import os
 

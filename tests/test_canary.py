@@ -1,5 +1,7 @@
 """The canary: placed before it runs, reports its own waits, and goes away when told."""
 
+
+from __future__ import annotations
 import os
 
 import pytest

@@ -1,5 +1,7 @@
 """[cpu_isolation] on temporary trees: cgroup v1 cpusets (this machine) and v2 isolated partitions."""
 
+
+from __future__ import annotations
 import json
 
 import pytest

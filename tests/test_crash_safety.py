@@ -1,5 +1,7 @@
 """SIGKILL at every point of a step, then `tuned-rl rollback` in a new process: every value is back."""
 
+
+from __future__ import annotations
 import json
 
 import pytest

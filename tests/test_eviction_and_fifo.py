@@ -1,5 +1,7 @@
 """[offline_eviction] and [sched_fifo] on temporary trees (cgroup v1 as on this machine, and v2)."""
 
+
+from __future__ import annotations
 import json
 
 import pytest

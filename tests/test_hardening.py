@@ -1,5 +1,7 @@
 """What whoever can plant a file, a link or a journal record must not gain; test hooks that say so."""
 
+
+from __future__ import annotations
 import json
 import os
 

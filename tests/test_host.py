@@ -1,5 +1,7 @@
 """The host object: paths stay below its root, cgroup mounts, task identity, CPU lists."""
 
+
+from __future__ import annotations
 import os
 import subprocess
 import sys

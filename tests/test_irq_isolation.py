@@ -1,5 +1,7 @@
 """[irq_isolation] on temporary trees: IRQs (some refusing to move), queue masks, irqbalance of both distributions."""
 
+
+from __future__ import annotations
 import errno
 import json
 import os

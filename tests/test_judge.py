@@ -1,5 +1,7 @@
 """The judge: inconclusive when it cannot know, robust to bursts, sees real regressions."""
 
+
+from __future__ import annotations
 import sys
 from pathlib import Path
 

@@ -1,5 +1,7 @@
 """Change kinds: a new one added from this module, and each built-in kind's read, write, compare and undo."""
 
+
+from __future__ import annotations
 import json
 import os
 

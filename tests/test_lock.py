@@ -1,5 +1,7 @@
 """Two concurrent applies: the second fails at once, naming the first's pid; the journal stays valid."""
 
+
+from __future__ import annotations
 import json
 import os
 import signal

@@ -1,5 +1,7 @@
 """A malformed profile exits 2, names the file and key, and leaves the host exactly as it was."""
 
+
+from __future__ import annotations
 import os
 
 import pytest

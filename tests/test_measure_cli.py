@@ -1,5 +1,7 @@
 """`tuned-rl measure` and `doctor` input handling, and the [verify] table."""
 
+
+from __future__ import annotations
 import json
 
 import pytest

@@ -1,5 +1,7 @@
 """[numa] and `tuned-rl exec` on temporary trees with two nodes (and one), and exec on this host."""
 
+
+from __future__ import annotations
 import json
 import os
 import re

@@ -1,5 +1,7 @@
 """The plugin host: registration checks, table ownership, step order; every hook documented and tested."""
 
+
+from __future__ import annotations
 import inspect
 from pathlib import Path
 

@@ -1,5 +1,7 @@
 """The tracefs probe pairs wakeups with switches in user space; the schedstat probe reads canary records."""
 
+
+from __future__ import annotations
 import os
 
 

@@ -1,5 +1,7 @@
 """The host's process API: processes and threads read through the host root, on a tree and live."""
 
+
+from __future__ import annotations
 import os
 import subprocess
 import sys

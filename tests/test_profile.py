@@ -1,5 +1,7 @@
 """Loading profiles: includes, precedence, and where each key came from."""
 
+
+from __future__ import annotations
 import pytest
 
 from tuned_rl.profiles.loader import ProfileError, load_profile

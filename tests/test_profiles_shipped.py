@@ -1,5 +1,7 @@
 """Every profile in profiles/ loads and validates on a host like this one."""
 
+
+from __future__ import annotations
 from pathlib import Path
 
 import pytest

@@ -1,5 +1,7 @@
 """`apply --dry-run --format diff` for a change review, and `--metrics-file` for Prometheus."""
 
+
+from __future__ import annotations
 import json
 import os
 

@@ -1,5 +1,7 @@
 """The rt_runtime plugin's plan: parents raised first, global ordering, cgroup v2 skip."""
 
+
+from __future__ import annotations
 from tuned_rl.core.plugin_host import load_plugins
 from tuned_rl.profiles.loader import load_profile
 

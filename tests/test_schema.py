@@ -1,6 +1,8 @@
 """Schema types beyond Python's: CPU lists checked against the online CPUs, regular expressions,
 cgroup paths, maps, and tables that are maps themselves."""
 
+
+from __future__ import annotations
 import pytest
 
 from tuned_rl.profiles.schema import CgroupPath, CpuList, Key, Map, Regex, Table

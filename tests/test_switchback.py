@@ -1,5 +1,7 @@
 """The sequential switchback verdict on synthetic blocks: drift, starvation, rare stalls, early stops."""
 
+
+from __future__ import annotations
 import math
 import sys
 from pathlib import Path

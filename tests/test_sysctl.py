@@ -1,5 +1,7 @@
 """[sysctl]: one step per parameter, values compared as the kernel writes them, undone exactly."""
 
+
+from __future__ import annotations
 import json
 
 from tuned_rl_plugins.sysctl import sysctl_path

@@ -1,5 +1,7 @@
 """Targets: parsing, and finding a target's threads by pid, name and cgroup."""
 
+
+from __future__ import annotations
 import os
 import subprocess
 import sys

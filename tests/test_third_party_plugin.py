@@ -1,5 +1,7 @@
 """A plugin in its own installed distribution is loaded through the entry point like the built-ins."""
 
+
+from __future__ import annotations
 import json
 import re
 import subprocess

@@ -1,5 +1,7 @@
 """The verification loop's decisions, with a fake probe whose latency depends on the host's state."""
 
+
+from __future__ import annotations
 import sys
 from pathlib import Path
 

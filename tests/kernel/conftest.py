@@ -1,5 +1,7 @@
 """Kernel tests change the real host as root and put every value back."""
 
+
+from __future__ import annotations
 import os
 from pathlib import Path
 

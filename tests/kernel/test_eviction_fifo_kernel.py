@@ -1,5 +1,7 @@
 """[offline_eviction] and [sched_fifo] on the live host, undone exactly."""
 
+
+from __future__ import annotations
 import json
 import os
 import signal

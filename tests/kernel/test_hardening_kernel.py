@@ -1,5 +1,7 @@
 """Root runs on the live host: a hostile working directory, planted records, and kills that leave nothing behind."""
 
+
+from __future__ import annotations
 import json
 import os
 import signal

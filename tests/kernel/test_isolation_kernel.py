@@ -1,5 +1,7 @@
 """[cpu_isolation] and [irq_isolation] on this 2-CPU host: latency CPU 1, housekeeping CPU 0, then rollback."""
 
+
+from __future__ import annotations
 import json
 import os
 import signal

@@ -1,5 +1,7 @@
 """Steps over many live tasks: tasks that exit before they are changed are counted, not fatal."""
 
+
+from __future__ import annotations
 import json
 import os
 import subprocess

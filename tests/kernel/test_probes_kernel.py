@@ -1,5 +1,7 @@
 """The latency probes on the live kernel: they see hogs, agree, follow new threads, and filter."""
 
+
+from __future__ import annotations
 import json
 import os
 import signal

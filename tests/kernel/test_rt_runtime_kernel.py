@@ -1,5 +1,7 @@
 """The rt_runtime plugin against the live kernel: dry run, apply, status, rollback, SIGKILL."""
 
+
+from __future__ import annotations
 import json
 import shutil
 import os

@@ -1,5 +1,7 @@
 """The scenario lab as kernel tests: RT throttling kept, a harmful budget cut reverted, a harmless sysctl kept."""
 
+
+from __future__ import annotations
 import os
 import sys
 from pathlib import Path

@@ -1,5 +1,7 @@
 """[sysctl] on the live kernel: tcp_rmem (which the kernel tab-separates) and the RT budget round-trip."""
 
+
+from __future__ import annotations
 import json
 import os
 from pathlib import Path

@@ -1,5 +1,7 @@
 """Process undo records on the live kernel: scheduling policy and cgroup membership come back."""
 
+
+from __future__ import annotations
 import os
 import signal
 import subprocess

@@ -90,7 +90,7 @@ def load_plugins(extra: tuple = ()) -> PluginHost:
     manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
     manager.add_hookspecs(hookspec)
     plugin_host = PluginHost(manager)
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+    for entry_point in _entry_points(ENTRY_POINT_GROUP):
         if manager.has_plugin(entry_point.name):
             continue  # the same distribution seen twice on sys.path
         try:
@@ -141,3 +141,11 @@ def _own_results(manager: pluggy.PluginManager, name: str, hook: str) -> list:
     """What plugin ``name`` alone returns from a hook that takes no arguments."""
     caller = manager.subset_hook_caller(hook, remove_plugins=[p for n, p in manager.list_name_plugin() if n != name])
     return [item for found in caller() for item in found or []]
+
+
+def _entry_points(group: str) -> list:
+    """The installed entry points of ``group`` (Python 3.9's importlib.metadata has no ``group=``)."""
+    found = entry_points()
+    if hasattr(found, "select"):
+        return list(found.select(group=group))
+    return list(found.get(group, []))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11: the same parser, as its own package
+    import tomli as tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 

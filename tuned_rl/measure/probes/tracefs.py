@@ -87,7 +87,7 @@ class TracefsProbe(LatencyProbe):
         self._pending += [event for line in self._read_lines() if (event := _parse(line))]
         self._pending.sort(key=lambda event: event[0])
         horizon = time.monotonic() - REORDER_S
-        ready = bisect.bisect_right(self._pending, horizon, key=lambda event: event[0])
+        ready = bisect.bisect_right([event[0] for event in self._pending], horizon)  # (no key= before 3.10)
         tids, latencies = [], []
         for event in self._pending[:ready]:
             self._handle(event, tids, latencies)
