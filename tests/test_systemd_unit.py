@@ -1,0 +1,46 @@
+"""The boot-time unit: it passes systemd-analyze verify, and apply at boot sets the last boot's journal aside."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+UNIT = Path(__file__).parent.parent / "packaging" / "systemd" / "tuned-rl.service"
+RT = "/proc/sys/kernel/sched_rt_runtime_us"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_the_unit_passes_systemd_analyze_verify(tmp_path):
+    tuned_rl = Path(sys.executable).parent / "tuned-rl"
+    text = UNIT.read_text().replace("/usr/bin/tuned-rl", str(tuned_rl))
+    (tmp_path / "tuned-rl.service").write_text(text)
+    result = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "tuned-rl.service")],
+                            capture_output=True, text=True, env={**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"})
+    assert result.returncode == 0, result.stderr
+    assert "tuned-rl.service" not in result.stderr, result.stderr
+
+
+def test_stopping_the_unit_rolls_back_only_when_asked():
+    text = UNIT.read_text()
+    assert "TUNED_RL_ROLLBACK_ON_STOP=no" in text and "Type=oneshot" in text and "RemainAfterExit=yes" in text
+
+
+def test_apply_at_boot_sets_the_last_boots_journal_aside_and_applies_afresh(tree, cli, profile_file, state_dir):
+    profile = profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n")
+    assert cli("apply", profile)[0] == 0 and tree.get(RT) == "900000"
+    tree.set("/proc/sys/kernel/random/boot_id", "99999999-new-boot")  # a reboot
+    tree.set(RT, "950000")  # the reboot reset it
+    tree.set("/sys/fs/cgroup/cpu/cpu.rt_runtime_us", "950000")
+    assert json.loads(cli("status", "--json")[1])["stale"] is True
+    status, out, err = cli("apply", profile, "--json")  # what the unit runs at boot
+    assert status == 0, err
+    report = json.loads(out)
+    assert any("earlier boot" in note for note in report["notes"]), report["notes"]
+    assert tree.get(RT) == "900000" and list((state_dir / "stale").iterdir())
+    assert cli("rollback")[0] == 0 and tree.get(RT) == "950000"  # this boot's value, not the last boot's
