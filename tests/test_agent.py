@@ -46,7 +46,7 @@ def test_status_tells_what_is_applied_and_what_drifted(tree, cli, profile_file):
     assert rows[RL]["state"] == "drifted" and rows[RL]["current"] == "400000"
     assert "drifted" in cli("status")[1]
     assert "left" in cli("rollback")[1]  # the operator's 400000 stays: see the drift tests below
-    assert json.loads(cli("status", "--json")[1]) == {"profile": None, "path": None, "applied_at": None,
+    assert json.loads(cli("status", "--json")[1]) == {"profile": None, "path": None, "digest": None, "applied_at": None,
                                                       "stale": False, "changes": [], "removed": []}
     assert tree.get(RL) == "400000" and tree.get(RT) == "950000"
 

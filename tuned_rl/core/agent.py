@@ -67,7 +67,7 @@ class Agent:
 
     def dry_run(self, profile: Profile) -> Report:
         """The plan, with nothing written anywhere (no lock, no state directory)."""
-        report = Report(profile.name, dry_run=True)
+        report = Report(profile.name, dry_run=True, digest=profile.digest())
         host, records = self.host, []
         scan, applied = self.journal.scan(), self.journal.applied()
         if (applied or scan.records) and not self._is_stale(applied, scan):
@@ -83,13 +83,13 @@ class Agent:
 
     def apply(self, profile: Profile, verify: bool = True) -> tuple[Report, int]:
         """Roll back what is applied, then apply (and verify) each step; returns the report and exit status."""
-        report = Report(profile.name, dry_run=False)
+        report = Report(profile.name, dry_run=False, digest=profile.digest())
         with exclusive_lock(self.journal.state_dir), ExitStack() as stack:
             report.notes += self._clear_previous()
             steps = self.plugins.plan(profile, self.host)
             self._check_writable(steps)
             self.journal.begin(Applied(profile.name, str(profile.path), self.host.boot_id(), time.time(),
-                                       str(self.host.root)))
+                                       str(self.host.root), profile.digest()))
             changing = any(s.pending_changes and not s.skip_reason for s in steps)
             verifier, unverified = self._start_verifier(stack, profile, verify) if changing else (None, "")
             report.notes += verifier.notes if verifier else []
@@ -150,6 +150,7 @@ class Agent:
         self._check_root(applied, scan.records)
         report = {"profile": applied.profile if applied else None,
                   "path": applied.path if applied else None,
+                  "digest": applied.digest if applied else None,
                   "applied_at": applied.started if applied else None,
                   "stale": self._is_stale(applied, scan), "changes": [],
                   "removed": remove_leftover_instances(self.host)}

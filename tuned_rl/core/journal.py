@@ -75,6 +75,7 @@ class Applied:
     boot_id: str
     started: float
     host_root: str | None = None  # None: not recorded (tuned-rl 0.1)
+    digest: str | None = None  # Profile.digest(): the same profile applied again changes nothing
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,14 @@ class Report:
     dry_run: bool
     steps: list[StepReport] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # things said before the steps ran
+    digest: str | None = None  # the profile's (Profile.digest), as `status` names the applied one
 
     def to_dict(self) -> dict:
-        return {"profile": self.profile, "dry_run": self.dry_run,
+        data = {"profile": self.profile, "dry_run": self.dry_run,
                 "notes": self.notes, "steps": [s.to_dict() for s in self.steps]}
+        if self.digest is not None:
+            data["digest"] = self.digest
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)

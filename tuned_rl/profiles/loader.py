@@ -43,6 +43,13 @@ class Profile:
     def get(self, table: str) -> dict | None:
         return self.tables.get(table)
 
+    def digest(self) -> str:
+        """A hash of the merged tables: two files that say the same thing have the same digest."""
+        import hashlib
+        import json
+        text = json.dumps(self.tables, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def where(self, dotted_key: str) -> Path:
         """The file that set ``dotted_key`` (or its table), for error messages."""
         while dotted_key:

@@ -1,0 +1,149 @@
+#!/usr/bin/python
+"""Ansible module: apply a tuned-rl profile (verified, undoable), or roll it back."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tuned_rl
+short_description: Apply a tuned-rl profile, each step verified against the workload, or roll it back
+description:
+  - C(state=present) applies the profile with C(tuned-rl apply): each step is measured and kept or
+    reverted. Nothing changes, and C(changed=false), when the same profile is already applied and every
+    value it set still holds.
+  - Check mode runs C(tuned-rl apply --dry-run) and reports C(changed) when the plan changes something;
+    with C(--diff) it shows the host's live values before and the planned values after.
+  - C(state=absent) rolls back everything tuned-rl applied on the host.
+options:
+  profile:
+    description: Path of the profile on the managed host (needed for state=present).
+    type: path
+  state:
+    type: str
+    choices: [present, absent]
+    default: present
+  verify:
+    description: Verify each step against the profile's [target] (false is apply --no-verify).
+    type: bool
+    default: true
+  fail_on_reverted:
+    description: Fail the host when a step was reverted (its tuning made the workload worse).
+    type: bool
+    default: false
+  executable:
+    description: The tuned-rl command.
+    type: str
+    default: tuned-rl
+  state_dir:
+    description: tuned-rl's state directory (its default when not given).
+    type: path
+"""
+
+RETURN = r"""
+steps:
+  description: Every step's outcome, reason and figures (apply), or every change restored (rollback).
+  type: list
+  returned: always
+reverted:
+  description: Titles of the steps that were reverted.
+  type: list
+  returned: state=present
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def run(module, *args):
+    command = [module.params["executable"]]
+    if module.params["state_dir"]:
+        command += ["--state-dir", module.params["state_dir"]]
+    rc, out, err = module.run_command(command + list(args))
+    return rc, out, err
+
+
+def json_of(module, rc, out, err, what):
+    try:
+        return json.loads(out)
+    except ValueError:
+        module.fail_json(msg=f"tuned-rl {what} exited {rc}: {err.strip() or out.strip()}", rc=rc)
+
+
+def live_diff(plan):
+    """Ansible's diff: live values before, planned values after, one line per change."""
+    before, after = [], []
+    for step in plan["steps"]:
+        if step["outcome"] != "planned":
+            continue
+        for change in step["changes"]:
+            before.append(f"{change['target']} = {change['before']}\n")
+            after.append(f"{change['target']} = {change['after']}\n")
+    return {"before": "".join(before), "after": "".join(after),
+            "before_header": "live values", "after_header": f"profile {plan['profile']}"}
+
+
+def present(module):
+    profile = module.params["profile"]
+    if not profile:
+        module.fail_json(msg="state=present needs profile")
+    rc, out, err = run(module, "apply", profile, "--dry-run", "--json")
+    if rc != 0:
+        module.fail_json(msg=f"tuned-rl apply --dry-run exited {rc}: {err.strip()}", rc=rc)
+    plan = json_of(module, rc, out, err, "apply --dry-run")
+    status = json_of(module, *run(module, "status", "--json"), "status")
+    holds = (status["digest"] is not None and status["digest"] == plan.get("digest") and not status["stale"]
+             and all(c["state"] == "holds" for c in status["changes"]))
+    if holds:
+        module.exit_json(changed=False, steps=[], reverted=[], msg="the profile is applied and every value holds")
+    changes = any(step["outcome"] == "planned" for step in plan["steps"]) or status["digest"] is not None
+    result = {"changed": changes, "steps": plan["steps"], "reverted": []}
+    if module._diff:
+        result["diff"] = live_diff(plan)
+    if module.check_mode or not changes:
+        module.exit_json(**result)
+    args = ["apply", profile, "--json"] + ([] if module.params["verify"] else ["--no-verify"])
+    rc, out, err = run(module, *args)
+    report = json_of(module, rc, out, err, "apply")
+    result["steps"] = report["steps"]
+    result["reverted"] = [s["step"] for s in report["steps"] if s["outcome"] == "reverted"]
+    if rc != 0:
+        module.fail_json(msg=f"tuned-rl apply failed (exit {rc}): a step failed and was undone", **result)
+    if result["reverted"] and module.params["fail_on_reverted"]:
+        module.fail_json(msg=f"steps reverted: {', '.join(result['reverted'])}", **result)
+    module.exit_json(**result)
+
+
+def absent(module):
+    status = json_of(module, *run(module, "status", "--json"), "status")
+    applied = bool(status["changes"]) or status["profile"] is not None
+    result = {"changed": applied, "steps": []}
+    if module._diff and applied:
+        result["diff"] = {"before": "".join(f"{c['target']} = {c['current']}\n" for c in status["changes"]),
+                          "after": "".join(f"{c['target']} = {c['before']}\n" for c in status["changes"])}
+    if module.check_mode or not applied:
+        module.exit_json(**result)
+    rc, out, err = run(module, "rollback", "--json")
+    report = json_of(module, rc, out, err, "rollback")
+    result["steps"] = report["changes"]
+    if rc != 0:
+        module.fail_json(msg=f"tuned-rl rollback exited {rc}", **result)
+    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "profile": {"type": "path"},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "verify": {"type": "bool", "default": True},
+            "fail_on_reverted": {"type": "bool", "default": False},
+            "executable": {"type": "str", "default": "tuned-rl"},
+            "state_dir": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    (present if module.params["state"] == "present" else absent)(module)
+
+
+if __name__ == "__main__":
+    main()
