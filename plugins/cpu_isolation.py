@@ -42,13 +42,15 @@ import re
 
 from tuned_rl import Change, CpuList, Key, Map, Problem, Step, Table, hookimpl
 from tuned_rl.host import format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask
-from tuned_rl.measure.targets import TargetError, target_processes
+from tuned_rl.core.kinds import cgroup_settings
+from tuned_rl.measure.targets import named_workload_problem, workload_for_step
 from tuned_rl_plugins import cpu_split as split_cpus
 
 WORKLOAD = "tuned-rl-workload"
 HOUSEKEEPING = "tuned-rl-housekeeping"
 WORKQUEUE_MASK = "/sys/devices/virtual/workqueue/cpumask"
 BOOT_ARGUMENTS = ("isolcpus", "nohz_full", "rcu_nocbs")
+CPUSET_KEYS = ("cpuset.cpus", "cpuset.mems")
 
 TABLE = Table(
     "cpu_isolation",
@@ -76,10 +78,8 @@ def tuned_rl_validate(profile, host):
     if table is None:
         return None
     problems = split_cpus.problems(profile, "cpu_isolation", host)
-    target = profile.get("target")
-    if target is None or target.get("canary"):
-        problems.append(Problem("cpu_isolation", "needs a [target] naming the workload (pid, name, cgroup or unit): "
-                                                 "a canary starts after the plan and cannot be placed"))
+    if (problem := named_workload_problem(profile, "cpu_isolation")) is not None:
+        problems.append(problem)
     latency, _ = split_cpus.split(table, host)
     for pattern, cpus in (table.get("pin") or {}).items():
         try:
@@ -100,13 +100,8 @@ def tuned_rl_plan(profile, host):
         return None
     latency, housekeeping = split_cpus.split(table, host)
     step = Step("cpu_isolation", f"isolate CPUs {format_cpu_list(latency)} for the workload")
-    try:
-        workload = target_processes(host, profile.get("target"))
-    except TargetError as err:
-        step.skip_reason = f"cannot find the workload: {err}"
-        return [step]
+    workload = workload_for_step(host, profile.get("target"), step)
     if not workload:
-        step.skip_reason = "the workload has no processes now: start it first, then apply"
         return [step]
     v1 = host.cgroup_v1_mount("cpuset")
     v2 = None if v1 else _v2_cpuset_mount(host)
@@ -160,9 +155,9 @@ def _v1_changes(host, mount: str, latency, housekeeping, workload, pins, kernel_
                 notes: list[str]) -> list[Change]:
     mems = host.read(f"{mount}/cpuset.mems")
     changes = [
-        Change("cgroup_dir", f"{mount}/{HOUSEKEEPING}", _cgroup_before(host, f"{mount}/{HOUSEKEEPING}"),
+        Change("cgroup_dir", f"{mount}/{HOUSEKEEPING}", cgroup_settings(host, f"{mount}/{HOUSEKEEPING}", CPUSET_KEYS),
                {"cpuset.cpus": format_cpu_list(housekeeping), "cpuset.mems": mems}),
-        Change("cgroup_dir", f"{mount}/{WORKLOAD}", _cgroup_before(host, f"{mount}/{WORKLOAD}"),
+        Change("cgroup_dir", f"{mount}/{WORKLOAD}", cgroup_settings(host, f"{mount}/{WORKLOAD}", CPUSET_KEYS),
                {"cpuset.cpus": format_cpu_list(latency), "cpuset.mems": mems}),
     ]
     changes += pins  # before the move: see the module's docstring
@@ -191,8 +186,8 @@ def _v1_changes(host, mount: str, latency, housekeeping, workload, pins, kernel_
 def _v2_changes(host, mount: str, latency, housekeeping, workload, pins, notes: list[str]) -> list[Change]:
     changes = _narrowed_cpusets(host, mount, latency, housekeeping, notes, ours=(WORKLOAD,))
     directory = f"{mount}/{WORKLOAD}"
-    changes.append(Change("cgroup_dir", directory, _cgroup_before(host, directory, ("cpuset.cpus",
-                                                                                  "cpuset.cpus.partition")),
+    changes.append(Change("cgroup_dir", directory, cgroup_settings(host, directory, ("cpuset.cpus",
+                                                                                   "cpuset.cpus.partition")),
                           {"cpuset.cpus": format_cpu_list(latency), "cpuset.cpus.partition": "isolated"}))
     changes += pins
     changes += [Change("process_cgroup", mount, p.cgroups.get("", "/"), f"/{WORKLOAD}", task=p.task) for p in workload]
@@ -223,12 +218,6 @@ def _narrowed_cpusets(host, mount: str, latency, housekeeping, notes: list[str],
 
     walk(mount, 0)
     return found
-
-
-def _cgroup_before(host, directory: str, keys: tuple = ("cpuset.cpus", "cpuset.mems")):
-    if not host.is_dir(directory):
-        return None
-    return {k: host.read(f"{directory}/{k}") for k in keys}
 
 
 def _v2_cpuset_mount(host) -> str | None:

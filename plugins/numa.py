@@ -30,7 +30,7 @@ import re
 from tuned_rl import Change, Key, Kind, Problem, Step, Table, hookimpl
 from tuned_rl.host import format_cpu_list, parse_cpu_list
 from tuned_rl.host.numa import NumaError, gpu_node, page_shares, topology
-from tuned_rl.measure.targets import TargetError, target_processes
+from tuned_rl.measure.targets import workload_for_step
 
 UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]+\.service$")
 DROP_IN = "tuned-rl-numa.conf"
@@ -177,14 +177,7 @@ def drop_in_changes(host, unit: str, node: int, cpus: str) -> list[Change]:
 
 
 def _plan_running(host, step: Step, target_table: dict, node: int, cpus: str) -> None:
-    try:
-        workload = target_processes(host, target_table)
-    except TargetError as err:
-        step.skip_reason = f"cannot find the workload: {err}"
-        return
-    if not workload:
-        step.skip_reason = "the workload has no processes now: start it first, then apply"
-        return
+    workload = workload_for_step(host, target_table, step)
     for process in workload:
         for thread in host.threads(process.pid):
             step.changes.append(Change("affinity", "", thread.affinity, cpus, task=thread.task))

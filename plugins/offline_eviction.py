@@ -35,6 +35,7 @@ import os
 import re
 
 from tuned_rl import Change, CpuList, Key, Problem, Step, Table, ValueType, hookimpl
+from tuned_rl.core.kinds import cgroup_settings
 from tuned_rl.host import format_cpu_list, parse_cpu_list
 from tuned_rl.measure.targets import TargetError, target_processes, unit_cgroup
 
@@ -194,7 +195,8 @@ def cgroup_changes(host, processes: list, cpus: str | None) -> tuple[list[Change
     v2 = next((m.mount_point for m in host.cgroup_mounts() if m.version == 2
                and "cpu" in _read_words(host, f"{m.mount_point}/cgroup.subtree_control")), None)
     if cpu_v1 is not None:
-        changes.append(Change("cgroup_dir", f"{cpu_v1}/{OFFLINE}", _before(host, f"{cpu_v1}/{OFFLINE}", ["cpu.shares"]),
+        directory = f"{cpu_v1}/{OFFLINE}"
+        changes.append(Change("cgroup_dir", directory, cgroup_settings(host, directory, ["cpu.shares"]),
                               {"cpu.shares": "2"}))
         moves.append((cpu_v1, host.cgroup_mount(cpu_v1).key))
         if cpus is not None:
@@ -203,7 +205,7 @@ def cgroup_changes(host, processes: list, cpus: str | None) -> tuple[list[Change
                 return [], "cpus needs a cpuset hierarchy, and this host mounts none"
             settings = {"cpuset.cpus": format_cpu_list(parse_cpu_list(cpus)), "cpuset.mems": host.read(
                 f"{cpuset}/cpuset.mems")}
-            changes.append(Change("cgroup_dir", f"{cpuset}/{OFFLINE}", _before(host, f"{cpuset}/{OFFLINE}",
+            changes.append(Change("cgroup_dir", f"{cpuset}/{OFFLINE}", cgroup_settings(host, f"{cpuset}/{OFFLINE}",
                                                                               list(settings)), settings))
             moves.append((cpuset, host.cgroup_mount(cpuset).key))
     elif v2 is not None:
@@ -214,7 +216,7 @@ def cgroup_changes(host, processes: list, cpus: str | None) -> tuple[list[Change
             if "cpuset" not in _read_words(host, f"{v2}/cgroup.subtree_control"):
                 return [], f"cpus needs the cpuset controller enabled below the root ({v2}/cgroup.subtree_control)"
             settings["cpuset.cpus"] = format_cpu_list(parse_cpu_list(cpus))
-        changes.append(Change("cgroup_dir", f"{v2}/{OFFLINE}", _before(host, f"{v2}/{OFFLINE}", list(settings)),
+        changes.append(Change("cgroup_dir", f"{v2}/{OFFLINE}", cgroup_settings(host, f"{v2}/{OFFLINE}", list(settings)),
                               settings))
         moves.append((v2, ""))
     else:
@@ -261,9 +263,3 @@ def _below(path: str, wanted: str) -> bool:
 
 def _read_words(host, path: str) -> list[str]:
     return host.read(path).split() if host.exists(path) else []
-
-
-def _before(host, directory: str, keys: list[str]):
-    if not host.is_dir(directory):
-        return None
-    return {k: host.read(f"{directory}/{k}") for k in keys}

@@ -18,8 +18,8 @@ back its policy and priority, then its nice. A thread that exits meanwhile is co
 
 from __future__ import annotations
 
-from tuned_rl import Change, Key, Problem, Step, Table, hookimpl
-from tuned_rl.measure.targets import TargetError, target_processes
+from tuned_rl import Change, Key, Step, Table, hookimpl
+from tuned_rl.measure.targets import named_workload_problem, workload_for_step
 
 REAL_TIME = ("SCHED_FIFO", "SCHED_RR")
 
@@ -40,11 +40,8 @@ def tuned_rl_tables():
 def tuned_rl_validate(profile, host):
     if profile.get("sched_fifo") is None:
         return None
-    target = profile.get("target")
-    if target is None or target.get("canary"):
-        return [Problem("sched_fifo", "needs a [target] naming the workload (pid, name, cgroup or unit): "
-                                      "a canary starts after the plan and its threads cannot be planned")]
-    return []
+    problem = named_workload_problem(profile, "sched_fifo")
+    return [problem] if problem else []
 
 
 @hookimpl
@@ -54,10 +51,8 @@ def tuned_rl_plan(profile, host):
         return None
     nice = str(table.get("nice", -20))
     step = Step("sched_fifo", f"run the workload's real-time threads as SCHED_OTHER at nice {nice}")
-    try:
-        workload = target_processes(host, profile.get("target"))
-    except TargetError as err:
-        step.skip_reason = f"cannot find the workload: {err}"
+    workload = workload_for_step(host, profile.get("target"), step)
+    if not workload:
         return [step]
     threads = [t for p in workload for t in host.threads(p.pid) if t.policy in REAL_TIME]
     if not threads:

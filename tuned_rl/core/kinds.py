@@ -276,6 +276,13 @@ class CgroupDir(Kind):
             for k, v in value.items()))
 
 
+def cgroup_settings(host: Host, directory: str, keys) -> dict | None:
+    """A cgroup's current ``keys`` as a ``cgroup_dir`` value (None: it does not exist), for a plan's ``before``."""
+    if not host.is_dir(directory):
+        return None
+    return {key: host.read(f"{directory}/{key}") for key in keys}
+
+
 def _evacuate(host: Host, directory: str) -> None:
     """Move every task out of ``directory`` to where its parent process is now (else the parent cgroup)."""
     mount = host.cgroup_mount(directory)
@@ -455,7 +462,8 @@ class ProcessCgroup(ThreadCgroup):
     whole_process = True
 
 
-for _kind in (FileValue(), CpuListFile(), CpuMaskFile(), ConfigFile(), Directory(), CgroupDir(), Sched(), Nice(), IoPriority(), Affinity(),
+for _kind in (FileValue(), CpuListFile(), CpuMaskFile(), ConfigFile(), Directory(), CgroupDir(), Sched(), Nice(),
+              IoPriority(), Affinity(),
               ThreadCgroup(), ProcessCgroup(), ServiceState()):
     register_kind(_kind)
 

@@ -180,3 +180,25 @@ def target_processes(host: Host, table: dict) -> list:
         except TaskGone:
             continue
     return found
+
+
+def named_workload_problem(profile, table: str) -> Problem | None:
+    """The problem with a profile whose ``[table]`` acts on the workload's processes but whose
+    [target] does not name them: a canary starts only after the plan is made."""
+    target = profile.get("target")
+    if target is None or target.get("canary"):
+        return Problem(table, "needs a [target] naming the workload (pid, name, cgroup or unit): a canary starts "
+                              "after the plan is made, so its threads cannot be planned")
+    return None
+
+
+def workload_for_step(host: Host, target_table: dict, step) -> list:
+    """The workload's processes now, or [] with ``step.skip_reason`` saying why there are none."""
+    try:
+        workload = target_processes(host, target_table)
+    except TargetError as err:
+        step.skip_reason = f"cannot find the workload: {err}"
+        return []
+    if not workload:
+        step.skip_reason = "the workload has no processes now: start it first, then apply"
+    return workload
