@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,17 +40,24 @@ def play(tmp_path, *options, state="present") -> dict:
       "kernel.printk_ratelimit" = {tmp_path.joinpath("target").read_text().strip()}
   roles:
     - tuned_rl
+  post_tasks:
+    - name: Keep the module's result for the test
+      check_mode: false
+      ansible.builtin.copy:
+        content: "{{{{ tuned_rl_result | to_json }}}}"
+        dest: {tmp_path / "result.json"}
+        mode: "0600"
+      changed_when: false
 """)
-    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROLES), "ANSIBLE_STDOUT_CALLBACK": "json",
-           "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-           "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROLES), "ANSIBLE_LOCALHOST_WARNING": "false",
+           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false", "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+           "ANSIBLE_NOCOLOR": "1"}
     result = subprocess.run([ansible, "-i", "localhost,", str(playbook), *options], capture_output=True, text=True,
                             env=env, timeout=300)
-    output = json.loads(result.stdout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    module = [t["hosts"]["localhost"] for p in output["plays"] for t in p["tasks"]
-              if t["task"]["name"].startswith("Apply the profile")][0]
-    return {"changed": output["stats"]["localhost"]["changed"], "module": module}
+    recap = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)", result.stdout)
+    return {"changed": int(recap.group(1)), "module": json.loads((tmp_path / "result.json").read_text()),
+            "output": result.stdout}
 
 
 def test_check_diff_apply_idempotence_and_absent(tmp_path):
@@ -58,10 +66,9 @@ def test_check_diff_apply_idempotence_and_absent(tmp_path):
     try:
         check = play(tmp_path, "--check")
         assert check["module"]["changed"] and SYSCTL.read_text().strip() == original  # check mode changes nothing
-        diff = play(tmp_path, "--check", "--diff")["module"]["diff"]
-        diff = diff[0] if isinstance(diff, list) else diff
-        assert f"/proc/sys/kernel/printk_ratelimit = {original}" in diff["before"]  # the live value
-        assert f"/proc/sys/kernel/printk_ratelimit = {int(original) + 1}" in diff["after"]
+        diff = play(tmp_path, "--check", "--diff")["output"]  # Ansible prints the module's diff
+        assert f"-/proc/sys/kernel/printk_ratelimit = {original}" in diff  # the live value
+        assert f"+/proc/sys/kernel/printk_ratelimit = {int(original) + 1}" in diff
         applied = play(tmp_path)
         assert applied["module"]["changed"] and SYSCTL.read_text().strip() == str(int(original) + 1)
         assert [s["outcome"] for s in applied["module"]["steps"]] == ["applied"]

@@ -17,6 +17,10 @@ options:
   profile:
     description: Path of the profile on the managed host (needed for state=present).
     type: path
+  content:
+    description: The profile's text, for check mode on a host where the role has not put the profile
+      in place yet (check mode copies nothing); used only when C(profile) does not exist.
+    type: str
   state:
     type: str
     choices: [present, absent]
@@ -50,6 +54,8 @@ reverted:
 """
 
 import json
+import os
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -86,6 +92,12 @@ def present(module):
     profile = module.params["profile"]
     if not profile:
         module.fail_json(msg="state=present needs profile")
+    if not os.path.exists(profile) and module.params["content"] is not None and module.check_mode:
+        handle = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+        with handle:
+            handle.write(module.params["content"])
+        module.add_cleanup_file(handle.name)
+        profile = handle.name
     rc, out, err = run(module, "apply", profile, "--dry-run", "--json")
     if rc != 0:
         module.fail_json(msg=f"tuned-rl apply --dry-run exited {rc}: {err.strip()}", rc=rc)
@@ -134,6 +146,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "profile": {"type": "path"},
+            "content": {"type": "str", "no_log": False},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "verify": {"type": "bool", "default": True},
             "fail_on_reverted": {"type": "bool", "default": False},
