@@ -9,10 +9,10 @@ Pareto(1.5) tail) with, as ../shared/JUDGE-NOTES.md has them,
 - drift: +0.5 in log scale (about x1.65 on p999) over the first 30 s, linear, or
   saturating-exponential (three times faster at the start), on top of the bursts.
 
-Designs: "switchback" (the default verdict: 3 windows without the step, then blocks
-alternating with / without it, each one dropped settling window and 4 kept windows, a
-look after each, at most 10 blocks; tuned_rl/measure/switchback.py) and "fixed" (15
-windows without, then 15 with, the rank-test judge of tuned_rl/measure/judge.py).
+Designs: "switchback" (the default verdict, at the [verify] defaults: 2 windows without the
+step, then blocks alternating with / without it, each 0.25 s of settling dropped and 2 kept
+windows, a look after each, at most 24 blocks; tuned_rl/measure/switchback.py) and "fixed"
+(15 windows without, then 15 with, the rank-test judge of tuned_rl/measure/judge.py).
 Printed per case: the share judged a regression, the share inconclusive, the median
 seconds of measurement a step took; and five consecutive harmless steps' total
 (switchback reuses a kept step's last block as the next step's baseline). Real
