@@ -3,14 +3,16 @@
     [numa]
     node = 1                      # or gpu = "0000:3b:00.0" / gpu = "nvidia0": the GPU's node
     unit = "llm.service"          # optional: a systemd drop-in, so the service starts bound
+    restart = false               # restart the unit after adding (and after removing) the drop-in
     running = true                # the [target]'s running processes too (default true)
 
 Two steps, each verified:
 
 - **A systemd service** (``unit``): a drop-in ``/etc/systemd/system/UNIT.d/tuned-rl-numa.conf``
   with ``NUMAPolicy=bind``, ``NUMAMask=`` and ``CPUAffinity=`` (systemd 243+), then
-  ``systemctl daemon-reload``. It takes effect when the service next starts: tuned-rl does not
-  restart it. Undo removes the drop-in (and the directory, if tuned-rl made it) and reloads.
+  ``systemctl daemon-reload``. It takes effect when the service next starts, or at once with
+  ``restart = true`` (then the unit is restarted after the drop-in is added and again after it is
+  removed). Undo removes the drop-in (and the directory, if tuned-rl made it) and reloads.
 - **Running processes** (the ``[target]``): each thread's CPU affinity set to the node's CPUs,
   and each process's pages moved to the node (migrate_pages(2)). Undo restores each thread's
   affinity exactly. Pages cannot be put back page by page: undo moves them back only where the
@@ -44,6 +46,8 @@ TABLE = Table(
         "gpu": Key(str, 'A GPU whose node to use: a PCI address ("0000:3b:00.0") or "nvidia0".'),
         "unit": Key(str, "A systemd service to bind from its next start (a drop-in)."),
         "running": Key(bool, "Bind the [target]'s running processes too (default true)."),
+        "restart": Key(bool, "Restart the unit after the drop-in is added, and again after it is removed "
+                             "(default false: it takes effect at the unit's next start)."),
     },
     phase="placement",
 )
@@ -160,11 +164,11 @@ def tuned_rl_plan(profile, host):
         if step.title.startswith("bind the workload"):
             _plan_running(host, step, profile.get("target"), node, cpus)
         else:
-            step.changes += drop_in_changes(host, table["unit"], node, cpus)
+            step.changes += drop_in_changes(host, table["unit"], node, cpus, table.get("restart", False))
     return steps
 
 
-def drop_in_changes(host, unit: str, node: int, cpus: str) -> list[Change]:
+def drop_in_changes(host, unit: str, node: int, cpus: str, restart: bool = False) -> list[Change]:
     directory = f"/etc/systemd/system/{unit}.d"
     path = f"{directory}/{DROP_IN}"
     text = (f"# tuned-rl [numa]: bind {unit} to NUMA node {node} (undone by `tuned-rl rollback`)\n"
@@ -173,7 +177,8 @@ def drop_in_changes(host, unit: str, node: int, cpus: str) -> list[Change]:
     if host.exists(path):
         before = {"mode": host.file_mode(path), "text": host.read_bytes(path).decode("utf-8", "replace")}
     return [Change("directory", directory, "present" if host.is_dir(directory) else None, "present"),
-            Change("config_file", path, before, {"mode": 0o644, "text": text}, follow_up="systemd-daemon-reload")]
+            Change("config_file", path, before, {"mode": 0o644, "text": text},
+                   follow_up="systemd-daemon-reload-and-restart" if restart else "systemd-daemon-reload")]
 
 
 def _plan_running(host, step: Step, target_table: dict, node: int, cpus: str) -> None:

@@ -92,6 +92,17 @@ def test_a_service_gets_a_drop_in_with_the_right_keys_and_loses_it_on_rollback(t
     assert after == original
 
 
+def test_restart_true_restarts_the_unit_after_the_drop_in_and_after_its_removal(two_nodes, cli, profile_file):
+    tree = two_nodes
+    profile = profile_file('[numa]\nnode = 1\nunit = "llm.service"\nrunning = false\nrestart = true\n')
+    assert cli("apply", profile)[0] == 0
+    assert tree.get("/run/tuned-rl-actions.log").splitlines() == ["systemctl daemon-reload",
+                                                                  "systemctl restart -- llm.service"]
+    assert cli("rollback")[0] == 0
+    assert tree.get("/run/tuned-rl-actions.log").splitlines()[2:] == ["systemctl daemon-reload",
+                                                                      "systemctl restart -- llm.service"]
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_the_drop_in_passes_systemd_analyze_verify(two_nodes, tmp_path):
     from tuned_rl_plugins.numa import drop_in_changes

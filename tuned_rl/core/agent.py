@@ -21,6 +21,7 @@ from tuned_rl.core.plugin_host import PluginHost
 from tuned_rl.core.report import ChangeReport, Report, StepReport
 from tuned_rl.core.verify import StepVerdict, Verifier
 from tuned_rl.host import Host, TaskGone
+from tuned_rl.host.host import TARGETED_ACTIONS
 from tuned_rl.measure.probes import ProbeError
 from tuned_rl.measure.probes.tracefs import remove_leftover_instances
 from tuned_rl.measure.settings import VerifySettings
@@ -265,9 +266,12 @@ class Agent:
                              f"{change.handler.show(now)!r}")
 
     def _run_follow_ups(self, changes: list[Change]) -> None:
-        for action in dict.fromkeys(c.follow_up for c in changes if c.follow_up):
+        # An action that acts on the changed file's unit runs once per file; the others once.
+        wanted = dict.fromkeys((c.follow_up, c.target if c.follow_up in TARGETED_ACTIONS else None)
+                               for c in changes if c.follow_up)
+        for action, target in wanted:
             try:
-                self.host.run_action(action)
+                self.host.run_action(action, target)
             except OSError as err:
                 raise StepFailed(f"follow-up {action} failed: {_describe_error(err)}") from err
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import select
 import subprocess
 from dataclasses import dataclass
@@ -27,7 +28,12 @@ ACTIONS = {
     "systemd-daemon-reload": ["systemctl", "daemon-reload"],
     # irqbalance reads its settings only when it starts; try-restart leaves a stopped one stopped.
     "irqbalance-try-restart": ["systemctl", "try-restart", "--", "irqbalance.service"],
+    # After a drop-in changed: reload, then restart the unit whose "<unit>.d" directory holds the
+    # changed file (the unit comes from the change's path, checked against UNIT_DROP_IN).
+    "systemd-daemon-reload-and-restart": ["systemctl", "daemon-reload"],
 }
+TARGETED_ACTIONS = {"systemd-daemon-reload-and-restart"}
+UNIT_DROP_IN = re.compile(r"^/(?:etc|run)/systemd/system/([A-Za-z0-9@_.:\-]+\.service)\.d/[A-Za-z0-9_.\-]+\.conf$")
 ACTION_LOG = "/run/tuned-rl-actions.log"  # below a moved root, actions are logged here instead of run
 SERVICE_STATES = "/run/tuned-rl-services"  # below a moved root, a file per unit holds "active" or "inactive"
 
@@ -145,13 +151,23 @@ class Host:
     def online_cpus(self) -> set[int]:
         return parse_cpu_list(self.read("/sys/devices/system/cpu/online"))
 
-    def run_action(self, name: str) -> None:
-        """Run a follow-up action from ACTIONS; raises OSError if it fails.
+    def run_action(self, name: str, target: str | None = None) -> None:
+        """Run a follow-up action from ACTIONS (``target``: the changed file, for actions that
+        act on its unit); raises OSError if it fails.
 
         Below a moved root (a test tree) the command would act on the real host, so it
         is logged to ``<root>/run/tuned-rl-actions.log`` instead.
         """
-        argv = ACTIONS[name]
+        commands = [ACTIONS[name]]
+        if name == "systemd-daemon-reload-and-restart":
+            unit = UNIT_DROP_IN.match(target or "")
+            if unit is None:
+                raise OSError(f"{name}: {target!r} is not a drop-in of a service")
+            commands.append(["systemctl", "restart", "--", unit.group(1)])
+        for argv in commands:
+            self._run_command(argv)
+
+    def _run_command(self, argv: list[str]) -> None:
         if not self.is_live:
             log = self.path(ACTION_LOG)
             log.parent.mkdir(parents=True, exist_ok=True)
