@@ -26,9 +26,21 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path):
     assert "tuned-rl.service" not in result.stderr, result.stderr
 
 
-def test_stopping_the_unit_rolls_back_only_when_asked():
+@pytest.mark.parametrize("setting, rolls_back", [("no", False), ("yes", True), ("", False)])
+def test_stopping_the_unit_rolls_back_only_when_asked(tmp_path, setting, rolls_back):
     text = UNIT.read_text()
-    assert "TUNED_RL_ROLLBACK_ON_STOP=no" in text and "Type=oneshot" in text and "RemainAfterExit=yes" in text
+    assert "Environment=TUNED_RL_PROFILE=/etc/tuned-rl/profile.toml TUNED_RL_ROLLBACK_ON_STOP=no" in text
+    stop = next(line for line in text.splitlines() if line.startswith("ExecStop="))[len("ExecStop="):]
+    fake = tmp_path / "tuned-rl"  # stands in for /usr/bin/tuned-rl: records how it was called
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'called'}\n")
+    fake.chmod(0o755)
+    argv = ["/bin/sh", "-c", stop.split("'")[1].replace("/usr/bin/tuned-rl", str(fake))]
+    subprocess.run(argv, env={"TUNED_RL_ROLLBACK_ON_STOP": setting, "PATH": "/usr/bin:/bin"}, check=True,
+                   capture_output=True)
+    called = tmp_path / "called"
+    assert called.exists() == rolls_back
+    if rolls_back:
+        assert called.read_text().split() == ["rollback"]
 
 
 def test_apply_at_boot_sets_the_last_boots_journal_aside_and_applies_afresh(tree, cli, profile_file, state_dir):
