@@ -165,3 +165,19 @@ def test_exec_binds_a_command_to_node_0_on_this_host():
     assert re.search("not an online NUMA node", subprocess.run(
         [sys.executable, "-m", "tuned_rl.cli", "exec", "--node", "63", "--", "true"], capture_output=True,
         text=True).stderr)
+
+
+def test_exec_takes_its_node_from_a_profile_and_refuses_a_gpu_this_host_lacks(tmp_path):
+    profile = tmp_path / "node.toml"
+    profile.write_text("[numa]\nnode = 0\n")
+    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "exec", "--profile", str(profile), "--", "sh", "-c",
+                             "grep Cpus_allowed_list /proc/self/status"], capture_output=True, text=True, timeout=60)
+    node0 = open("/sys/devices/system/node/node0/cpulist").read().strip()
+    assert result.returncode == 0 and result.stdout.split()[-1] == node0, result.stderr
+    profile.write_text("[sysctl]\n")
+    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "exec", "--profile", str(profile), "--", "true"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "no [numa] table" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "exec", "--gpu", "0000:ff:1f.7", "--", "true"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "no PCI device" in result.stderr
