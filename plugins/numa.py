@@ -31,7 +31,7 @@ import re
 
 from tuned_rl import Change, Key, Kind, Problem, Step, Table, hookimpl
 from tuned_rl.host import format_cpu_list, parse_cpu_list
-from tuned_rl.host.numa import NumaError, gpu_node, page_shares, topology
+from tuned_rl.host.numa import NumaError, node_of, page_shares, topology
 from tuned_rl.measure.targets import workload_for_step
 
 UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]+\.service$")
@@ -70,12 +70,12 @@ class NumaPages(Kind):
         total = sum(pages.values())
         wanted = parse_cpu_list(change.after["nodes"])
         share = sum(pages.get(n, 0) for n in wanted) / total if total else 0.0
-        return {"nodes": format_cpu_list(_holding(host, change.task.pid)) or change.after["nodes"],
+        return {"nodes": format_cpu_list(_holding(pages)) or change.after["nodes"],
                 "share": f"{share:.0%} of {total} pages on node {change.after['nodes']}"}
 
     def write(self, host, change, value):
         wanted = parse_cpu_list(value["nodes"])
-        current = _holding(host, change.task.pid)
+        current = _holding(page_shares(host, change.task.pid))
         if current - wanted:
             host.migrate_pages(change.task, current - wanted, wanted)
 
@@ -96,8 +96,8 @@ class NumaPages(Kind):
             return False
 
 
-def _holding(host, pid: int) -> set[int]:
-    pages = page_shares(host, pid)
+def _holding(pages: dict[int, int]) -> set[int]:
+    """The nodes holding at least MIN_SHARE of these pages."""
     total = sum(pages.values())
     return {node for node, count in pages.items() if total and count / total >= MIN_SHARE}
 
@@ -130,7 +130,7 @@ def tuned_rl_validate(profile, host):
     if problems:
         return problems
     try:
-        node = _node(host, table)
+        node = node_of(host, table)
         if len(topology(host).nodes) > 1:
             topology(host).node_cpus(node)
     except NumaError as err:
@@ -143,7 +143,7 @@ def tuned_rl_plan(profile, host):
     table = profile.get("numa")
     if table is None:
         return None
-    node = _node(host, table)
+    node = node_of(host, table)
     nodes = topology(host)
     steps = []
     if "unit" in table:
@@ -194,13 +194,9 @@ def _plan_running(host, step: Step, target_table: dict, node: int, cpus: str) ->
         share = pages.get(node, 0) / total if total else 0.0
         step.notes.append(f"placement before: pid {process.pid} ({process.comm}) has {share:.0%} of its {total} "
                           f"resident pages on node {node}")
-        before = {"nodes": format_cpu_list(_holding(host, process.pid)) or str(node),
+        before = {"nodes": format_cpu_list(_holding(pages)) or str(node),
                   "share": f"{share:.0%} of {total} pages on node {node}"}
         step.changes.append(Change("numa_pages", "", before, {"nodes": str(node)}, task=process.task))
-
-
-def _node(host, table: dict) -> int:
-    return gpu_node(host, table["gpu"]) if "gpu" in table else table["node"]
 
 
 def _is_virtual_machine(host) -> bool:

@@ -31,6 +31,7 @@ forked inside one meanwhile goes back to where its parent is by then).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -158,9 +159,10 @@ def match_jobs(host, matchers: list[dict], target_table: dict | None) -> tuple[l
             pass
     ours = _own_processes(host)
     units = {m["unit"]: _unit_relative(host, m["unit"]) for m in matchers if "unit" in m}
+    user_name = functools.lru_cache(maxsize=None)(host.user_name)  # /etc/passwd once, not per process
     matched, spared = [], []
     for process in host.processes():
-        why = next((w for w in (_matches(host, process, m, units) for m in matchers) if w), None)
+        why = next((w for w in (_matches(user_name, process, m, units) for m in matchers) if w), None)
         if why is None:
             continue
         reason = ("it is the [target]" if process.tgid in target else "PID 1" if process.pid == 1
@@ -170,14 +172,14 @@ def match_jobs(host, matchers: list[dict], target_table: dict | None) -> tuple[l
     return matched, spared
 
 
-def _matches(host, process, matcher: dict, units: dict) -> str | None:
+def _matches(user_name, process, matcher: dict, units: dict) -> str | None:
     reasons = []
     for key, wanted in matcher.items():
         if key == "name" and re.search(wanted, process.comm):
             reasons.append(f"name {process.comm!r} matches {wanted!r}")
         elif key == "cmdline" and re.search(wanted, process.cmdline):
             reasons.append(f"command line matches {wanted!r}")
-        elif key == "user" and host.user_name(process.uid) == wanted:
+        elif key == "user" and user_name(process.uid) == wanted:
             reasons.append(f"runs as {wanted}")
         elif key == "cgroup" and any(_below(path, wanted) for path in process.cgroups.values()):
             reasons.append(f"in cgroup {wanted}")

@@ -10,12 +10,20 @@ import pytest
 
 from tuned_rl.cli import main
 
-from helpers import HostTree
+from helpers import CgroupTreeHost, HostTree
 
 
 @pytest.fixture
 def tree(tmp_path) -> HostTree:
     return HostTree(tmp_path / "host")
+
+
+@pytest.fixture
+def cgroup_tree_host(tree, monkeypatch) -> HostTree:
+    """The tree, its cgroup files acting as the kernel's (CgroupTreeHost), for the tests and the cli alike."""
+    monkeypatch.setattr("tuned_rl.cli.Host", CgroupTreeHost)
+    tree.host = CgroupTreeHost(tree.root)
+    return tree
 
 
 @pytest.fixture

@@ -20,6 +20,33 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
 MOUNTS_V2_ONLY = "cgroup2 /sys/fs/cgroup cgroup2 rw,relatime 0 0\n"
 
 
+# A process that forks a sleeping child on SIGUSR1 and writes the child's pid to the file named
+# by its first argument: "a child forked after the apply" for the kernel tests.
+FORKER = """\
+import os, signal, sys, time
+def fork(*_):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(120)
+        os._exit(0)
+    open(sys.argv[1], "w").write(str(pid))
+signal.signal(signal.SIGUSR1, fork)
+while True:
+    time.sleep(1)
+"""
+
+
+def forked_child(process, pid_file: Path, timeout: float = 10) -> int:
+    """Make a FORKER process fork, and return its child's pid."""
+    process.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + timeout
+    while not pid_file.exists() or not pid_file.read_text():
+        if time.monotonic() > deadline:
+            raise AssertionError("the forker did not fork")
+        time.sleep(0.05)
+    return int(pid_file.read_text())
+
+
 class HostTree:
     """A temporary host root with the files tuned-rl reads and writes."""
 
@@ -219,8 +246,7 @@ class CgroupTreeHost(Host):
 
     def set_affinity(self, task, value):
         self.check_task(task)
-        pid = self.process(task.pid).tgid
-        for base in {f"/proc/{pid}/task/{task.pid}"} | ({f"/proc/{pid}"} if pid == task.pid else set()):
+        for base in self._task_bases(task):
             text = self.read(f"{base}/status")
             lines = [f"Cpus_allowed_list:\t{value}" if line.startswith("Cpus_allowed_list:") else line
                      for line in text.splitlines()]

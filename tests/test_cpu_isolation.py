@@ -21,10 +21,9 @@ latency_cpus = "1"
 
 
 @pytest.fixture
-def cgroup_tree(tree, monkeypatch):
+def cgroup_tree(cgroup_tree_host):
     """The tree as the kernel's cgroupfs would act, used by the cli."""
-    monkeypatch.setattr("tuned_rl.cli.Host", CgroupTreeHost)
-    tree.host = CgroupTreeHost(tree.root)
+    tree = cgroup_tree_host
     tree.set("/proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/vda1")
     tree.set("/sys/devices/virtual/workqueue/cpumask", "3")
     return tree

@@ -15,9 +15,8 @@ V1 = {"cpu": "/", "cpuset": "/"}
 
 
 @pytest.fixture
-def host_tree(tree, monkeypatch):
-    monkeypatch.setattr("tuned_rl.cli.Host", CgroupTreeHost)
-    tree.host = CgroupTreeHost(tree.root)
+def host_tree(cgroup_tree_host):
+    tree = cgroup_tree_host
     tree.set(f"{CPU}/cgroup.procs", "")
     tree.set(f"{CPUSET}/cpuset.cpus", "0-1")
     tree.set(f"{CPUSET}/cpuset.mems", "0")
@@ -106,7 +105,7 @@ def test_a_job_forked_inside_the_offline_cgroup_follows_its_parent_back(host_tre
 
 def test_a_job_that_exited_before_its_move_is_counted_not_an_error(host_tree, cli, profile_file, monkeypatch):
     import shutil
-    tree, write = host_tree, CgroupTreeHost.write
+    write = CgroupTreeHost.write
 
     def write_after_exit(self, target, value):
         if target.endswith("cgroup.procs") and value == "300":

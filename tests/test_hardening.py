@@ -7,10 +7,6 @@ import os
 
 import pytest
 
-from tuned_rl.core.journal import Journal
-
-from helpers import run_cli
-
 RT = "/proc/sys/kernel/sched_rt_runtime_us"
 PROFILE = "[rt_runtime]\nglobal_runtime_us = 900000\n"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown)")

@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from helpers import CgroupTreeHost
 from tuned_rl.host.numa import NumaError, gpu_node, page_shares
 
 MAPS = ("7f0000000000 default anon=300 dirty=300 N0=300 kernelpagesize_kB=4\n"
@@ -19,9 +18,8 @@ MAPS = ("7f0000000000 default anon=300 dirty=300 N0=300 kernelpagesize_kB=4\n"
 
 
 @pytest.fixture
-def two_nodes(tree, monkeypatch):
-    monkeypatch.setattr("tuned_rl.cli.Host", CgroupTreeHost)
-    tree.host = CgroupTreeHost(tree.root)
+def two_nodes(cgroup_tree_host):
+    tree = cgroup_tree_host
     tree.set("/sys/devices/system/cpu/online", "0-3")
     tree.set("/sys/devices/system/node/online", "0-1")
     tree.set("/sys/devices/system/node/node0/cpulist", "0-1")

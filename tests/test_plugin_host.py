@@ -93,8 +93,6 @@ class Irqs:
 
 
 def test_a_profile_written_in_reverse_phase_order_applies_in_phase_order(tree, cli, profile_file):
-    import json
-    from tuned_rl.cli import main
     text = '[irqs]\non = true\n[sysctl]\n"vm.dirty_ratio" = 5\n[rt_runtime]\nglobal_runtime_us = 900000\n'
     tree.set("/proc/sys/vm/dirty_ratio", "20")
     plugins = load_plugins(extra=[("irqs", Irqs())])

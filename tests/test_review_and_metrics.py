@@ -2,8 +2,6 @@
 
 
 from __future__ import annotations
-import json
-import os
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families

@@ -170,12 +170,11 @@ def cmd_exec(agent: Agent, args) -> int:
 
 
 def _profile_node(agent: Agent, path: str) -> int:
-    from tuned_rl.host.numa import NumaError, gpu_node
-    profile = load_profile(path)
-    table = profile.get("numa")
+    from tuned_rl.host.numa import NumaError, node_of
+    table = load_profile(path).get("numa")
     if not table or ("node" not in table and "gpu" not in table):
         raise NumaError(f"{path} has no [numa] table naming node or gpu")
-    return gpu_node(agent.host, table["gpu"]) if "gpu" in table else int(table["node"])
+    return node_of(agent.host, table)
 
 
 def cmd_rollback(agent: Agent, args) -> int:

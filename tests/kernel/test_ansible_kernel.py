@@ -21,7 +21,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or ansible is None, reason="ne
 
 
 def play(tmp_path, *options, state="present") -> dict:
-    value = int(SYSCTL.read_text()) if state == "present" else 0
     playbook = tmp_path / "play.yml"
     playbook.write_text(f"""\
 - hosts: localhost

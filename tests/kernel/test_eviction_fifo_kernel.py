@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import FORKER, forked_child, run_cli
 from tuned_rl.host import Host
 
 CPU = Path("/sys/fs/cgroup/cpu")
@@ -21,20 +21,7 @@ JOB = "tuned-rl-test-offline-job"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not (CPU / "cgroup.procs").exists(),
                                 reason="needs root and a v1 cpu hierarchy")
 
-# An offline job (asleep: the test is about where it is, not what it costs) that forks a child on
-# SIGUSR1, writing its pid to a file.
-FORKING_JOB = textwrap.dedent("""\
-    import os, signal, sys, time
-    def fork(*_):
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(120)
-            os._exit(0)
-        open(sys.argv[1], "w").write(str(pid))
-    signal.signal(signal.SIGUSR1, fork)
-    while True:
-        time.sleep(1)
-""")
+# Offline jobs asleep: the test is about where they are, not what they cost.
 SLEEPING_JOB = "import time; time.sleep(120)"
 
 
@@ -51,7 +38,7 @@ def state_of(host: Host, pid: int) -> dict:
 def test_eviction_moves_matched_jobs_spares_the_target_and_rollback_restores_each_exactly(tmp_path):
     host = Host()
     (CPU / "tuned-rl-test-batch").mkdir()
-    jobs = [subprocess.Popen([sys.executable, "-c", FORKING_JOB, str(tmp_path / "child"), JOB]),
+    jobs = [subprocess.Popen([sys.executable, "-c", FORKER, str(tmp_path / "child"), JOB]),
             subprocess.Popen([sys.executable, "-c", SLEEPING_JOB, JOB]),
             subprocess.Popen([sys.executable, "-c", SLEEPING_JOB, JOB])]
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", JOB, "the-target"])
@@ -76,12 +63,7 @@ def test_eviction_moves_matched_jobs_spares_the_target_and_rollback_restores_eac
                 for tid, values in state_of(host, job.pid).items():
                     assert values == ("/tuned-rl-offline", "SCHED_IDLE:0", "19", "idle:0"), (tid, values)
             assert state_of(host, target.pid) == before_target and state_of(host, 1) == before_init
-            jobs[0].send_signal(signal.SIGUSR1)  # an evicted job forks: its child is evicted too
-            deadline = time.monotonic() + 10
-            while not (tmp_path / "child").exists() or not (tmp_path / "child").read_text():
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            child = int((tmp_path / "child").read_text())
+            child = forked_child(jobs[0], tmp_path / "child")  # an evicted job forks: its child is evicted too
             assert cpu_cgroup(child) == "/tuned-rl-offline"
             jobs[2].kill()  # exits before the rollback
             jobs[2].wait()

@@ -4,16 +4,14 @@
 from __future__ import annotations
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import FORKER, forked_child, run_cli
 from tuned_rl.host import Host, parse_cpu_list
 
 sys.path.insert(0, str(Path(__file__).parent.parent.parent / "bench" / "scenarios"))
@@ -34,21 +32,6 @@ latency_cpus = "1"
 [irq_isolation]
 latency_cpus = "1"
 """
-
-# Forks a child (which sleeps) on SIGUSR1 and writes the child's pid to the file it is given.
-FORKER = textwrap.dedent("""\
-    import os, signal, sys, time
-    def fork(*_):
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(60)
-            os._exit(0)
-        open(sys.argv[1], "w").write(str(pid))
-    signal.signal(signal.SIGUSR1, fork)
-    while True:
-        time.sleep(1)
-""")
-
 
 def status_field(pid: int, name: str, tid: int | None = None) -> str:
     path = f"/proc/{pid}/task/{tid}/status" if tid else f"/proc/{pid}/status"
@@ -98,12 +81,7 @@ def test_cpu_1_is_left_to_the_workload_children_stay_off_it_and_rollback_puts_ev
             assert on_cpu_1({workload.pid}, before) == []
             assert status_field(workload.pid, "Cpus_allowed_list") == "1"
             assert cpuset_of(workload.pid) == "/tuned-rl-workload"
-            forker.send_signal(signal.SIGUSR1)  # a moved process forks after the apply
-            deadline = time.monotonic() + 10
-            while not (tmp_path / "child").exists() or not (tmp_path / "child").read_text():
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            child = int((tmp_path / "child").read_text())
+            child = forked_child(forker, tmp_path / "child")  # a moved process forks after the apply
             assert status_field(child, "Cpus_allowed_list") == "0" and cpuset_of(child) == "/tuned-rl-housekeeping"
         finally:
             rollback = run_cli("rollback", "--json", root=None, state_dir=state)

@@ -15,10 +15,9 @@ import pytest
 
 from tuned_rl.measure.canary import Canary, CanarySpec
 from tuned_rl.host import Host
-from tuned_rl.measure.measurement import measure_target, record_windows
+from tuned_rl.measure.measurement import record_windows
 from tuned_rl.measure.probes import BpfProbe, SchedstatProbe, TracefsProbe
 from tuned_rl.measure.stats import summarize
-from tuned_rl.measure.targets import Target
 
 from helpers import Hogs, run_cli
 

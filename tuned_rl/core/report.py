@@ -134,7 +134,7 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[s
 def to_diff(report: Report) -> str:
     """The plan as a unified-diff-style listing of live values, for a change review: one hunk per
     step that changes something, ``-`` the value the host holds now, ``+`` the value planned."""
-    lines = [f"--- live values of this host", f"+++ profile {report.profile}"]
+    lines = ["--- live values of this host", f"+++ profile {report.profile}"]
     lines += [f"# note: {note}" for note in report.notes]
     for step in report.steps:
         header = f"@@ {step.phase or ''}: {step.plugin}: {step.step} ({step.outcome}) @@"

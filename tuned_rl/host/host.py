@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import select
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from tuned_rl.host.cpus import format_cpu_list, parse_cpu_list
+from tuned_rl.host.syscalls import syscall
 from tuned_rl.host.processes import ProcessInfo, ProcessVanished, parse_cgroup_file, parse_stat, read_process
 
 SCHED_POLICIES = {
@@ -414,7 +414,7 @@ class Host:
 
     def get_io_priority(self, task: Task) -> str:
         """The thread's I/O scheduling class and level: "none:0", "best-effort:4", "idle:0"."""
-        value = self.on_task(task, lambda pid: _ioprio("get", IOPRIO_WHO_PROCESS, pid))
+        value = self.on_task(task, lambda pid: syscall("ioprio_get", IOPRIO_WHO_PROCESS, pid))
         return f"{_IOPRIO_NAMES.get(value >> IOPRIO_CLASS_SHIFT, str(value >> IOPRIO_CLASS_SHIFT))}:{value & 0x1FFF}"
 
     def set_io_priority(self, task: Task, value: str) -> None:
@@ -422,7 +422,7 @@ class Host:
         if name not in IOPRIO_CLASSES:
             raise OSError(f"cannot set I/O class {name!r}")
         ioprio = IOPRIO_CLASSES[name] << IOPRIO_CLASS_SHIFT | int(level or 0)
-        self.on_task(task, lambda pid: _ioprio("set", IOPRIO_WHO_PROCESS, pid, ioprio))
+        self.on_task(task, lambda pid: syscall("ioprio_set", IOPRIO_WHO_PROCESS, pid, ioprio))
 
     def _read_task_file(self, task: Task, name: str) -> str:
         try:
@@ -435,24 +435,7 @@ IOPRIO_CLASSES = {"none": 0, "realtime": 1, "best-effort": 2, "idle": 3}  # incl
 _IOPRIO_NAMES = {number: name for name, number in IOPRIO_CLASSES.items()}
 IOPRIO_CLASS_SHIFT = 13
 IOPRIO_WHO_PROCESS = 1  # a thread id
-_IOPRIO_SYSCALLS = {"x86_64": (251, 252), "aarch64": (30, 31), "ppc64le": (273, 274), "s390x": (282, 283)}
 
-
-def _ioprio(op: str, which: int, who: int, ioprio: int | None = None) -> int:
-    """ioprio_set(2) / ioprio_get(2), which the standard library lacks; raises OSError."""
-    import ctypes
-    import platform
-    numbers = _IOPRIO_SYSCALLS.get(platform.machine())
-    if numbers is None:
-        raise OSError(f"ioprio_{op}: unknown system call number on {platform.machine()}")
-    libc = ctypes.CDLL(None, use_errno=True)
-    result = libc.syscall(numbers[0], which, who, ioprio) if op == "set" else libc.syscall(numbers[1], which, who)
-    if result < 0:
-        code = ctypes.get_errno()
-        if code == errno.ESRCH:
-            raise ProcessLookupError(code, os.strerror(code))
-        raise OSError(code, os.strerror(code))
-    return result
 
 
 PIDFD_THREAD = os.O_EXCL  # pidfd_open() of a thread, not only a process (Linux 6.9)

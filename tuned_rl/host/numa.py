@@ -9,17 +9,13 @@ nodes); the system calls act on the live kernel.
 from __future__ import annotations
 
 import ctypes
-import errno
-import os
-import platform
 import re
 from dataclasses import dataclass
 
 from tuned_rl.host.cpus import parse_cpu_list
+from tuned_rl.host.syscalls import syscall
 
 MPOL_BIND = 2  # include/uapi/linux/mempolicy.h
-_SYSCALLS = {"x86_64": {"set_mempolicy": 238, "migrate_pages": 256},
-             "aarch64": {"set_mempolicy": 237, "migrate_pages": 238}}
 PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 NVIDIA_NAME = re.compile(r"^nvidia(\d+)$")
 
@@ -91,6 +87,11 @@ def _nvidia_address(host, minor: int) -> str:
     raise NumaError(f"nvidia{minor}: no GPU with that device minor in {base}")
 
 
+def node_of(host, table: dict) -> int:
+    """The node a [numa] table names: ``node``, or the node of its ``gpu``."""
+    return gpu_node(host, table["gpu"]) if "gpu" in table else int(table["node"])
+
+
 def page_shares(host, pid: int) -> dict[int, int]:
     """Resident pages of a process per node, from /proc/PID/numa_maps ("N1=123" fields)."""
     pages: dict[int, int] = {}
@@ -117,7 +118,7 @@ def node_mask(nodes, words: int | None = None) -> tuple[ctypes.Array, int]:
 def bind_memory(nodes) -> None:
     """set_mempolicy(MPOL_BIND, nodes) for the calling thread: later allocations come from ``nodes``."""
     mask, maxnode = node_mask(nodes)
-    _syscall("set_mempolicy", MPOL_BIND, mask, maxnode)
+    syscall("set_mempolicy", MPOL_BIND, mask, maxnode)
 
 
 def migrate_pages(pid: int, old_nodes, new_nodes) -> int:
@@ -125,18 +126,4 @@ def migrate_pages(pid: int, old_nodes, new_nodes) -> int:
     words = max(max(old_nodes), max(new_nodes)) // (8 * ctypes.sizeof(ctypes.c_ulong)) + 1
     old, maxnode = node_mask(old_nodes, words)
     new, _ = node_mask(new_nodes, words)
-    return _syscall("migrate_pages", pid, maxnode, old, new)
-
-
-def _syscall(name: str, *args) -> int:
-    numbers = _SYSCALLS.get(platform.machine())
-    if numbers is None:
-        raise OSError(errno.ENOSYS, f"{name}: unknown system call number on {platform.machine()}")
-    libc = ctypes.CDLL(None, use_errno=True)
-    result = libc.syscall(numbers[name], *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
-    if result < 0:
-        code = ctypes.get_errno()
-        if code == errno.ESRCH:
-            raise ProcessLookupError(code, os.strerror(code))
-        raise OSError(code, f"{name}: {os.strerror(code)}")
-    return result
+    return syscall("migrate_pages", pid, maxnode, old, new)
