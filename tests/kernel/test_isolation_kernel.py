@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FORKER, forked_child, run_cli
+from helpers import FORKER, forked_child, kill_at, run_cli
 from tuned_rl.host import Host, parse_cpu_list
 
 sys.path.insert(0, str(Path(__file__).parent.parent.parent / "bench" / "scenarios"))
@@ -92,3 +92,23 @@ def test_cpu_1_is_left_to_the_workload_children_stay_off_it_and_rollback_puts_ev
         for process in (workload, forker):
             process.kill()
             process.wait()
+
+
+@pytest.mark.parametrize("point", ["written:3", "written:25", "journaled:2"])
+def test_a_kill_during_isolation_leaves_a_host_that_rollback_puts_back_exactly(tmp_path, point):
+    # written:3: the cpusets exist, few tasks moved; written:25: half the tasks moved;
+    # journaled:2: every task moved, the interrupts step journaled but not written.
+    workload = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", MARKER])
+    profile = tmp_path / "isolation.toml"
+    profile.write_text(PROFILE)
+    try:
+        time.sleep(0.5)
+        before = placement()
+        kill_at(point, "apply", profile, "--no-verify", root=None, state_dir=tmp_path / "state")
+        status, _, err = run_cli("rollback", root=None, state_dir=tmp_path / "state")
+        assert status == 0, err
+        assert placement_differences(before, placement()) == []
+        assert not list(CPUSET.glob("tuned-rl-*"))
+    finally:
+        workload.kill()
+        workload.wait()
