@@ -32,6 +32,7 @@ class Outcome:
     value_after_apply: str | None = None  # what the step's target held when apply finished
     quiet_p999_us: float | None = None  # the target alone, measured in the same run
     differences: list[str] | None = None  # what the rollback did not put back (placement scenarios)
+    steal_ms: dict[str, float] | None = None  # per CPU: time the hypervisor ran something else meanwhile
 
     def row(self) -> str:
         def ms(us):
@@ -173,6 +174,21 @@ def measure(target: str, seconds: float, state_dir: Path) -> dict:
     if result.returncode != 0:
         raise RuntimeError(f"tuned-rl measure exited {result.returncode}: {result.stderr[-2000:]}")
     return json.loads(result.stdout)
+
+
+def steal_ms() -> dict[str, float]:
+    """Per CPU, the steal time /proc/stat has counted since boot, in ms: time a busy virtual CPU
+    waited while the hypervisor ran something else. Its difference over a run says whether the
+    host, not the guest, delayed the workload."""
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    return {fields[0]: int(fields[8]) * tick_ms for fields in
+            (line.split() for line in Path("/proc/stat").read_text().splitlines())
+            if fields and fields[0].startswith("cpu") and fields[0] != "cpu" and len(fields) > 8}
+
+
+def steal_since(start: dict[str, float]) -> dict[str, float]:
+    now = steal_ms()
+    return {cpu: now[cpu] - start.get(cpu, 0.0) for cpu in now}
 
 
 def placement() -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lab import (OFFLINE_JOB, Outcome, apply_profile, hog_command, main_once, main_runs, measure,  # noqa: E402
-                 outcome_of, placement, placement_differences, processes, rollback)
+                 outcome_of, placement, placement_differences, processes, rollback, steal_ms, steal_since)
 from workload import MARKER  # noqa: E402
 
 TARGET = f'[target]\nname = "{MARKER}"\n'
@@ -49,12 +49,14 @@ def run(state_dir: Path, variant: str = "isolate") -> Outcome:
         quiet = measure(f"name:{MARKER}", 10, state_dir)
         with processes([hog_command()] * 3):
             time.sleep(1)
+            steal_before = steal_ms()
             report, seconds = apply_profile(f'[profile]\nname = "lab-noisy-{variant}"\n\n' + PROFILES[variant],
                                             state_dir)
+            stolen = steal_since(steal_before)
             rollback(state_dir)
     differences = placement_differences(original, placement())
     outcome = outcome_of(f"noisy, {variant}", report, seconds, not differences)
-    outcome.quiet_p999_us, outcome.differences = quiet["p999_us"], differences
+    outcome.quiet_p999_us, outcome.differences, outcome.steal_ms = quiet["p999_us"], differences, stolen
     # The first placement step is judged against the crowded baseline; the last step's "after" is
     # where the profile leaves the workload.
     first = next(s for s in report["steps"] if s["plugin"] == PLACEMENT_STEPS[variant])
@@ -68,8 +70,10 @@ def run(state_dir: Path, variant: str = "isolate") -> Outcome:
 def row(result: Outcome) -> str:
     ratio = result.after_p999_us / result.quiet_p999_us if result.after_p999_us and result.quiet_p999_us else None
     fall = result.before_p999_us / result.after_p999_us if result.after_p999_us and result.before_p999_us else None
+    stolen = ", ".join(f"{cpu} {ms:.0f} ms" for cpu, ms in (result.steal_ms or {}).items() if ms)
     return (f"{result.row()}  quiet {result.quiet_p999_us / 1000:.2f} ms; fell "
             f"{'-' if fall is None else f'{fall:.1f}x'}; after/quiet {'-' if ratio is None else f'{ratio:.2f}x'}"
+            + (f"; stolen by the hypervisor: {stolen}" if stolen else "")
             + "".join(f"\n  not put back: {d}" for d in (result.differences or [])[:5]))
 
 
