@@ -16,6 +16,9 @@ from tuned_rl.core.phases import PHASES
 from tuned_rl.core.plugin_host import load_plugins
 from tuned_rl.core import metrics
 from tuned_rl.core.report import format_table, to_diff
+from tuned_rl.diagnose.profile_writer import write_profile
+from tuned_rl.diagnose.report import format_diagnosis
+from tuned_rl.diagnose.run import diagnose
 from tuned_rl.host import SCHED_POLICIES, Host
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.doctor import examine
@@ -27,6 +30,19 @@ from tuned_rl.profiles.loader import ProfileError, load_profile
 from tuned_rl.profiles.schema import Problem
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _add_canary_arguments(parser: argparse.ArgumentParser) -> None:
+    canary = parser.add_argument_group("canary (with --target canary)")
+    canary.add_argument("--canary-period-us", type=_positive(int), default=CanarySpec.period_us,
+                        help="wake every (default %(default)s)")
+    canary.add_argument("--canary-work-us", type=_non_negative_int, default=0, help="busy work per wake")
+    canary.add_argument("--canary-threads", type=_positive(int), default=CanarySpec.threads,
+                        help="waking threads (default %(default)s)")
+    canary.add_argument("--canary-cpus", help="CPU list to pin the canary to, e.g. 0 or 2-3")
+    canary.add_argument("--canary-policy", choices=sorted(SCHED_POLICIES), default="SCHED_OTHER")
+    canary.add_argument("--canary-priority", type=_non_negative_int, default=0, help="1-99 for FIFO/RR")
+    canary.add_argument("--canary-cgroup", help="cgroupfs directory to start the canary in")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,16 +65,21 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--window-seconds", type=_positive(float), default=1.0,
                          help="length of each window (default %(default)s)")
     measure.add_argument("--probe", choices=PROBE_CHOICES, default="auto", help="default %(default)s")
-    canary = measure.add_argument_group("canary (with --target canary)")
-    canary.add_argument("--canary-period-us", type=_positive(int), default=CanarySpec.period_us,
-                        help="wake every (default %(default)s)")
-    canary.add_argument("--canary-work-us", type=_non_negative_int, default=0, help="busy work per wake")
-    canary.add_argument("--canary-threads", type=_positive(int), default=CanarySpec.threads,
-                        help="waking threads (default %(default)s)")
-    canary.add_argument("--canary-cpus", help="CPU list to pin the canary to, e.g. 0 or 2-3")
-    canary.add_argument("--canary-policy", choices=sorted(SCHED_POLICIES), default="SCHED_OTHER")
-    canary.add_argument("--canary-priority", type=_non_negative_int, default=0, help="1-99 for FIFO/RR")
-    canary.add_argument("--canary-cgroup", help="cgroupfs directory to start the canary in")
+    _add_canary_arguments(measure)
+    diagnose = commands.add_parser(
+        "diagnose", help="who the workload waits behind, which known cause is present, and a profile that fixes it",
+        description="Measures the target's run-queue latency with the eBPF probe and attributes every "
+                    "microsecond of its waiting to what held the CPU meanwhile (a task, an interrupt, a softirq, "
+                    "the idle task); then checks the known causes (offline jobs, RT throttling, interrupts, remote "
+                    "memory, a virtual machine). Changes nothing.")
+    diagnose.add_argument("--target", required=True, type=_target,
+                          help="pid:PID, name:REGEX, cgroup:PATH (cgroupfs directory), unit:NAME, or canary")
+    diagnose.add_argument("--seconds", type=_positive(float), default=10.0, help="how long (default %(default)s)")
+    diagnose.add_argument("--write-profile", metavar="PATH",
+                          help="write a profile with the recommended tables here (not over an existing file)")
+    diagnose.add_argument("--save-raw", metavar="PATH",
+                          help="also save the probe's sums and the facts read, as JSON (to attach to a report)")
+    _add_canary_arguments(diagnose)
     run = commands.add_parser("exec", help="run a command bound to one NUMA node's CPUs and memory",
                               description="As `numactl --cpunodebind N --membind N`: CPU affinity to the node's "
                                           "CPUs and a bind memory policy, set in this process, then the command "
@@ -269,9 +290,7 @@ def cmd_measure(agent: Agent, args) -> int:
             print(f"tuned-rl: {problem.key.replace('target.', '--', 1).replace('_', '-')}: {problem.message}",
                   file=sys.stderr)
         return EXIT_BAD_INPUT
-    spec = CanarySpec(period_us=args.canary_period_us, work_us=args.canary_work_us, threads=args.canary_threads,
-                      cpus=args.canary_cpus, policy=args.canary_policy, priority=args.canary_priority,
-                      cgroup=args.canary_cgroup)
+    spec = _canary_spec(args)
     windows = max(1, round(args.seconds / args.window_seconds))
     try:
         measurement = measure_target(agent.host, args.target, windows, args.window_seconds, args.probe, spec,
@@ -291,6 +310,63 @@ def cmd_measure(agent: Agent, args) -> int:
              str(result["lost"]), result["probe"])]
     print("\n".join(format_table(("N", "P50", "P99", "P999", "MAX", "LOST", "PROBE"), rows)))
     return EXIT_OK
+
+
+def _canary_spec(args) -> CanarySpec:
+    return CanarySpec(period_us=args.canary_period_us, work_us=args.canary_work_us, threads=args.canary_threads,
+                      cpus=args.canary_cpus, policy=args.canary_policy, priority=args.canary_priority,
+                      cgroup=args.canary_cgroup)
+
+
+def cmd_diagnose(agent: Agent, args) -> int:
+    args.probe = "bpf"
+    problems = _measure_problems(agent.host, args)
+    if problems:
+        for problem in problems:
+            print(f"tuned-rl: {problem.key.replace('target.', '--', 1).replace('_', '-')}: {problem.message}",
+                  file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for option, path in (("--write-profile", args.write_profile), ("--save-raw", args.save_raw)):
+        if path and not _path_free(option, path):
+            return EXIT_BAD_INPUT
+    spec = _canary_spec(args) if args.target.kind == "canary" else None
+    try:
+        diagnosis = diagnose(agent.host, args.target, args.seconds, spec,
+                             lambda left: agent.progress(f"diagnosing {args.target}: {max(left, 0):.0f} s left"))
+    except (ProbeError, TargetError) as err:
+        print(f"tuned-rl: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        agent.progress("")
+    result = diagnosis.to_dict()
+    if args.save_raw:
+        with open(args.save_raw, "x") as handle:
+            json.dump(diagnosis.recording, handle, indent=1)
+    if args.write_profile:
+        text = write_profile(f"diagnosed-{args.target.kind}", args.target, spec, diagnosis.findings,
+                             result["latency"])
+        with open(args.write_profile, "x") as handle:
+            handle.write(text)
+        result["profile_written"] = args.write_profile
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return EXIT_OK
+    print("\n".join(format_diagnosis(result)))
+    if args.write_profile:
+        print(f"\nprofile written to {args.write_profile}: review it, then `tuned-rl apply {args.write_profile}`")
+    return EXIT_OK
+
+
+def _path_free(option: str, path: str) -> bool:
+    """A file diagnose may create: not one that exists (nor a link), in a directory that does."""
+    if os.path.lexists(path):
+        print(f"tuned-rl: {option} {path}: the file exists; choose another path or remove it", file=sys.stderr)
+        return False
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        print(f"tuned-rl: {option} {path}: no directory {parent}", file=sys.stderr)
+        return False
+    return True
 
 
 def cmd_doctor(agent: Agent, args) -> int:
@@ -324,7 +400,7 @@ def _measure_problems(host: Host, args) -> list:
 
 
 COMMANDS = {"apply": cmd_apply, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,
-            "measure": cmd_measure, "doctor": cmd_doctor, "exec": cmd_exec}
+            "measure": cmd_measure, "diagnose": cmd_diagnose, "doctor": cmd_doctor, "exec": cmd_exec}
 
 
 def _may_change(host: Host, command: str) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 
 from tuned_rl.measure.canary import Canary, CanarySpec
 from tuned_rl.host import Host
-from tuned_rl.measure.probes import LatencyProbe, choose_probe
+from tuned_rl.measure.probes import LatencyProbe, ProbeError, choose_probe
 from tuned_rl.measure.probes.schedstat import SchedstatProbe
 from tuned_rl.measure.probes.tracefs import remove_leftover_instances
 from tuned_rl.measure.stats import Summary, summarize
@@ -86,14 +86,20 @@ class Attached:
 
 
 def attach_probe(stack: ExitStack, host: Host, target: Target, probe_name: str,
-                 canary: CanarySpec | None) -> Attached:
-    """Choose a probe, start the canary if the target is one, and start the probe on its threads.
+                 canary: CanarySpec | None, probe_class: type[LatencyProbe] | None = None) -> Attached:
+    """Choose a probe (or use ``probe_class``), start the canary if the target is one, and start the
+    probe on its threads.
 
     Everything started is stopped when ``stack`` closes. Raises ProbeError or TargetError.
     """
     notes = [f"removed {path}, left recording by a tuned-rl that was killed" for path in remove_leftover_instances(host)]
-    probe_class, passed_over = choose_probe(probe_name, host, target.kind == "canary")
-    notes += [f"probe {probe_name} chose {probe_class.name}; passed over {p}" for p in passed_over]
+    if probe_class is None:
+        probe_class, passed_over = choose_probe(probe_name, host, target.kind == "canary")
+        notes += [f"probe {probe_name} chose {probe_class.name}; passed over {p}" for p in passed_over]
+    else:
+        obstacles = probe_class.obstacles(host, target.kind == "canary")
+        if obstacles:
+            raise ProbeError("; ".join(f"{o.problem} (fix: {o.fix})" for o in obstacles))
     if target.kind == "canary":
         running = stack.enter_context(Canary(canary or CanarySpec(), host,
                                              report_schedstat=probe_class is SchedstatProbe))

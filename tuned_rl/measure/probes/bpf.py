@@ -17,6 +17,9 @@ from tuned_rl.measure.probes.btf import BtfError, member_offset
 # What both programs share: the event a watched thread's wait becomes, when it starts and ends.
 COMMON = r"""
 #define SLEEP_STATE_BITS 0xff
+#ifndef ON_WAIT_LENGTH
+#define ON_WAIT_LENGTH(ns)
+#endif
 
 struct event { u32 tid; u32 pad; u64 delta_ns; };
 
@@ -45,6 +48,8 @@ static __always_inline void wait_ends(u32 tid) {
         return;
     u64 delta = bpf_ktime_get_ns() - *since;
     start.delete(&tid);
+    ON_WAIT_LENGTH(delta);
+#ifndef NO_EVENTS
     struct event *e = events.ringbuf_reserve(sizeof(struct event));
     if (!e) {
         count_lost();
@@ -54,6 +59,7 @@ static __always_inline void wait_ends(u32 tid) {
     e->pad = 0;
     e->delta_ns = delta;
     events.ringbuf_submit(e, 0);
+#endif
 }
 """
 
@@ -70,7 +76,16 @@ static __always_inline void wait_ends(u32 tid) {
 # the thread id only on a hit. It learns a watched thread's pointer when the thread is
 # switched out (then it is `current`, whose id costs no read) or created; a thread watched
 # since before the probe started is measured from its first switch out.
-RAW_PROGRAM = COMMON + r"""
+#
+# The hooks (ON_...) are empty here; the attributing probe (attribution.py) fills them in.
+RAW_BODY = r"""
+#ifndef ON_CPU_EVENT
+#define ON_CPU_EVENT()
+#define ON_WAKEUP(tid, task)
+#define ON_PREEMPTED(tid)
+#define ON_SLEEP(tid)
+#define ON_RUNS(tid)
+#endif
 #define POINTER_BITS 20
 
 BPF_ARRAY(watched, u64, WORDS);                        // a bit per watched thread id
@@ -110,32 +125,42 @@ static __always_inline u32 watched_tid(u64 task) {
 
 RAW_TRACEPOINT_PROBE(sched_wakeup) {
     u32 tid = watched_tid(ctx->args[0]);
-    if (tid)
+    if (tid) {
         wait_starts(tid);
+        ON_WAKEUP(tid, ctx->args[0]);
+    }
     return 0;
 }
 
 RAW_TRACEPOINT_PROBE(sched_wakeup_new) {
     u32 tid = watched_tid(ctx->args[0]);
-    if (tid)
+    if (tid) {
         wait_starts(tid);
+        ON_WAKEUP(tid, ctx->args[0]);
+    }
     return 0;
 }
 
 // args: bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state.
 // prev is `current` here: its thread id costs no read.
 RAW_TRACEPOINT_PROBE(sched_switch) {
+    ON_CPU_EVENT();
     u32 prev = (u32)bpf_get_current_pid_tgid();
     if (is_watched(prev)) {
         remember(ctx->args[1]);
-        if ((ctx->args[3] & SLEEP_STATE_BITS) == 0)
+        if ((ctx->args[3] & SLEEP_STATE_BITS) == 0) {
             wait_starts(prev);  // preempted: runnable, waiting again
-        else
+            ON_PREEMPTED(prev);
+        } else {
             start.delete(&prev);  // going to sleep: a start left over is stale
+            ON_SLEEP(prev);
+        }
     }
     u32 tid = watched_tid(ctx->args[2]);
-    if (tid)
+    if (tid) {
         wait_ends(tid);
+        ON_RUNS(tid);
+    }
     return 0;
 }
 
@@ -169,6 +194,7 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
     return 0;
 }
 """
+RAW_PROGRAM = COMMON + RAW_BODY
 
 # The classic-tracepoint program, for kernels without BTF or older than 5.18 (whose
 # sched_switch has no prev_state argument). Only tracepoint arguments are read: their
@@ -249,6 +275,7 @@ class BpfProbe(LatencyProbe):
 
     name = "bpf"
     follows_forks = True
+    delivers_events = True  # each wait to user space through the ring buffer (False: summed in the kernel)
 
     def __init__(self, max_threads: int = 16384, ring_pages: int = 256, variant: str = "auto"):
         self.max_threads, self.ring_pages, self.variant = max_threads, ring_pages, variant
@@ -287,13 +314,18 @@ class BpfProbe(LatencyProbe):
         cflags = [f"-DMAX_THREADS={self.max_threads}", f"-DRING_PAGES={self.ring_pages}", "-w"]
         if self.variant == "raw":
             cflags += [f"-DPID_OFFSET={member_offset('task_struct', 'pid')}", f"-DWORDS={_bitmap_words()}"]
-        program = RAW_PROGRAM if self.variant == "raw" else CLASSIC_PROGRAM
         try:
-            self._bpf = BPF(text=program.encode(), cflags=cflags)
+            program, extra_cflags = self._program()
+            self._bpf = BPF(text=program.encode(), cflags=cflags + extra_cflags)
         except Exception as err:  # BCC raises bare Exception on compile or load failure
             raise ProbeError(f"BPF program ({self.variant} tracepoints) failed to load: {err}") from err
         self.watch(tids)
-        self._bpf[b"events"].open_ring_buffer(self._on_event)
+        if self.delivers_events:
+            self._bpf[b"events"].open_ring_buffer(self._on_event)
+
+    def _program(self) -> tuple[str, list[str]]:
+        """The program's text for this variant, and the compiler flags it adds."""
+        return (RAW_PROGRAM if self.variant == "raw" else CLASSIC_PROGRAM), []
 
     def watch(self, tids: Iterable[int]) -> None:
         new = set(tids) - self._watched
@@ -320,7 +352,8 @@ class BpfProbe(LatencyProbe):
             watched[key] = ctypes.c_uint64(current | bits)
 
     def drain(self) -> tuple[np.ndarray, np.ndarray]:
-        self._bpf.ring_buffer_consume()
+        if self.delivers_events:
+            self._bpf.ring_buffer_consume()
         tids, latencies = self._tids, self._latencies
         self._tids, self._latencies = [], []
         return np.asarray(tids, dtype=np.int64), np.asarray(latencies, dtype=np.int64)

@@ -1,0 +1,232 @@
+"""diagnose without the kernel: recorded attribution from the lab's two cases replayed, and the
+rules, buckets, machine detection and profile writing on data made by hand."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:
+    import tomli as tomllib
+
+from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.diagnose import facts
+from tuned_rl.diagnose.findings import Evidence, find_causes
+from tuned_rl.diagnose.holders import HolderInfo, rank
+from tuned_rl.diagnose.profile_writer import write_profile
+from tuned_rl.diagnose.run import replay
+from tuned_rl.measure.probes.attribution import (Attribution, HeldRecord, TailRecord, bucket_lower_ns, bucket_of,
+                                                 fine_bucket_range)
+from tuned_rl.measure.targets import Target
+from tuned_rl.profiles.loader import load_profile
+
+DATA = Path(__file__).parent / "data"
+OFFLINE_JOB = "tuned-rl-lab-offline-job"  # bench/scenarios/lab.py: in every CPU hog's command line
+
+
+def recorded(name: str) -> dict:
+    return json.loads((DATA / f"diagnose_{name}.json").read_text())
+
+
+# -- the lab's recordings ---------------------------------------------------------------------
+
+def test_recorded_noisy_neighbour_names_the_jobs_as_the_top_holders_of_the_worst_waits():
+    diagnosis = replay(recorded("noisy"))
+    top = diagnosis.ranking.holders[:3]
+    assert all(OFFLINE_JOB in h.info.cmdline for h in top), [h.key for h in top]
+    jobs = sum(h.share_of_tail for h in diagnosis.ranking.holders if h.info and OFFLINE_JOB in h.info.cmdline)
+    assert jobs >= 0.8
+    # Every microsecond of waiting is in the sums: the holders' worst-1% shares add up to all of it.
+    assert sum(h.share_of_tail for h in diagnosis.ranking.holders) == pytest.approx(1.0)
+    assert diagnosis.findings[0].cause == "offline-jobs" and diagnosis.findings[0].table == "offline_eviction"
+
+
+def test_the_profile_written_for_the_noisy_neighbour_evicts_the_jobs_and_spares_the_workload(tmp_path, tree):
+    recording = recorded("noisy")
+    diagnosis = replay(recording)
+    text = write_profile("diagnosed", diagnosis.target, None, diagnosis.findings, diagnosis.latency)
+    tables = tomllib.loads(text)
+    assert tables["target"] == {"name": diagnosis.target.value}
+    eviction = tables["offline_eviction"]
+    assert eviction["policy"] == "SCHED_IDLE"
+    patterns = [re.compile(m.get("cmdline") or m["name"]) for m in eviction["match"]]
+    jobs = [h for h in recording["holders"].values() if OFFLINE_JOB in h["cmdline"]]
+    workload = [h for h in recording["holders"].values() if h["is_target"]]
+    assert jobs and workload
+    assert all(any(p.search(j["cmdline"]) for p in patterns) for j in jobs)
+    assert not any(p.search(w["cmdline"]) for p in patterns for w in workload)
+    assert "# Finding (offline-jobs)" in text and "# Finding (virtual-machine)" in text
+    path = tmp_path / "diagnosed.toml"
+    path.write_text(text)
+    assert load_plugins().validate(load_profile(path), tree.host) == []
+
+
+def test_recorded_rt_throttling_names_the_cgroup_and_its_budget(tmp_path, tree):
+    recording = recorded("rt")
+    diagnosis = replay(recording)
+    throttling = next(f for f in diagnosis.findings if f.cause == "rt-throttling")
+    assert throttling.table == "rt_runtime"
+    assert throttling.settings == {"cgroup": "/tuned-rl-lab-diagnose-rt", "cgroup_runtime_us": 950000}
+    assert any("cpu.rt_runtime_us 500000 of cpu.rt_period_us 1000000" in line for line in throttling.evidence)
+    # A throttled CPU runs the idle task: the VM finding must not blame those waits on the host.
+    vm = next(f for f in diagnosis.findings if f.cause == "virtual-machine")
+    assert any("RT throttling found above explains them" in line for line in vm.evidence)
+    text = write_profile("diagnosed", diagnosis.target, None, diagnosis.findings, diagnosis.latency)
+    assert tomllib.loads(text)["rt_runtime"] == throttling.settings
+    tree.cgroup("tuned-rl-lab-diagnose-rt", runtime=500000)
+    path = tmp_path / "diagnosed.toml"
+    path.write_text(text)
+    assert load_plugins().validate(load_profile(path), tree.host) == []
+
+
+def test_recordings_say_this_host_is_a_firecracker_guest_with_steal_measured():
+    for name in ("noisy", "rt"):
+        vm = next(f for f in replay(recorded(name)).findings if f.cause == "virtual-machine")
+        assert vm.table is None
+        assert "KVM (Firecracker)" in vm.evidence[0]
+        assert any(line.startswith("steal time during the") for line in vm.evidence)
+        assert "dedicated (pinned) cores" in vm.advice
+
+
+# -- ranking on data made by hand -------------------------------------------------------------
+
+def _attribution(held, tail, latencies, names=None, waits=None) -> Attribution:
+    return Attribution([HeldRecord(*h) for h in held], [TailRecord(*t) for t in tail], waits or {}, {},
+                       names or {}, latencies, max(fine_bucket_range(b)[0] for b in latencies))
+
+
+def test_the_worst_1pct_is_read_apart_from_the_rest():
+    # 990 short waits (10 us) all behind pid 20; 10 long waits (5 ms) all behind pid 30.
+    short, long = 10_000, 5_000_000
+    fine = {_fine(short): 990, _fine(long): 10}
+    attribution = _attribution(
+        held=[(0, "task", 20, 990 * short), (0, "task", 30, 10 * long)],
+        tail=[("task", 20, bucket_of(short), 990 * short), ("task", 30, bucket_of(long), 10 * long)],
+        latencies=fine, names={20: {"comm": "a", "tgid": 20}, 30: {"comm": "b", "tgid": 30}})
+    ranking = rank(attribution, {}, {})
+    assert [h.key for h in ranking.holders] == ["pid 30", "pid 20"]
+    assert ranking.holders[0].share_of_tail == 1.0
+    assert ranking.holders[1].share_of_wait == pytest.approx(990 * short / (990 * short + 10 * long))
+
+
+def _fine(ns: int) -> int:
+    msb = ns.bit_length() - 1
+    return msb * 16 + ((ns >> (msb - 4)) & 15)
+
+
+@pytest.mark.parametrize("ns", [4, 100, 999, 1000, 65_536, 1_234_567, 400_000_000])
+def test_a_wait_falls_inside_its_buckets(ns):
+    lower = bucket_lower_ns(bucket_of(ns))
+    assert lower <= ns < bucket_lower_ns(bucket_of(ns) + 1) or ns < 4
+    fine_lower, width = fine_bucket_range(_fine(ns)) if ns >= 16 else (0, 16)
+    assert fine_lower <= ns < fine_lower + width
+
+
+def test_percentiles_from_the_kernel_histogram():
+    attribution = _attribution([], [], {_fine(1000): 500, _fine(2000): 490, _fine(300_000): 10})
+    assert attribution.latency_percentile_ns(50) == pytest.approx(1000, rel=0.05)
+    assert attribution.latency_percentile_ns(99.9) == pytest.approx(300_000, rel=0.05)
+    assert attribution.latency_summary()["n"] == 1000
+
+
+# -- the rules on evidence made by hand -------------------------------------------------------
+
+def _evidence(held, machine=None, threads=None, **extra) -> Evidence:
+    latencies = {_fine(1_000_000): 100}
+    tail = [(kind, ident, bucket_of(1_000_000), ns) for _, kind, ident, ns in held]
+    names = {ident: {"comm": f"c{ident}", "tgid": ident} for _, kind, ident, _ in held if kind == "task"}
+    attribution = _attribution(held, tail, latencies, names)
+    infos = {ident: HolderInfo(ident, f"c{ident}", f"job {ident}", "root", "/", "SCHED_OTHER:0")
+             for _, kind, ident, _ in held if kind == "task"}
+    return Evidence("name:w", threads or [facts.TargetThread(5, 5, "w", "SCHED_OTHER", 0, "/", "0-1")],
+                    rank(attribution, infos, {36: "virtio0"}), {"p999_us": 1000}, 10.0, {0, 1},
+                    machine or facts.Machine(False, cpus=2), {0: 0.0, 1: 0.0}, [], **extra)
+
+
+def test_interrupts_on_the_target_cpus_recommend_irq_isolation_leaving_a_housekeeping_cpu():
+    findings = find_causes(_evidence([(1, "irq", 36, 300), (1, "softirq", 3, 200), (1, "idle", 0, 500)]))
+    irq = next(f for f in findings if f.cause == "interrupts")
+    assert irq.table == "irq_isolation" and irq.settings == {"latency_cpus": "1"}
+    assert "irq 36 (virtio0)" in irq.evidence[0]
+
+
+def test_small_shares_make_no_finding():
+    evidence = _evidence([(0, "task", 7, 10), (0, "idle", 0, 990)])
+    assert [f.cause for f in find_causes(evidence)] == []
+
+
+def test_rt_threads_in_the_root_group_get_fifo_removal_for_a_named_workload_only():
+    threads = [facts.TargetThread(5, 5, "w", "SCHED_FIFO", 50, "/", "0-1")]
+    root = facts.RtBudget("/", "/sys/fs/cgroup/cpu", 950000, 1000000, 950000, 1000000)
+    named = find_causes(_evidence([(0, "idle", 0, 900), (0, "task", 7, 100)], threads=threads,
+                                  rt_budgets={"/": root}))
+    rt = next(f for f in named if f.cause == "rt-throttling")
+    assert rt.table == "sched_fifo" and rt.settings == {"nice": -20}
+    canary = _evidence([(0, "idle", 0, 900)], threads=threads, rt_budgets={"/": root}, named_target=False)
+    rt = next(f for f in find_causes(canary) if f.cause == "rt-throttling")
+    assert rt.table is None and "needs a [target] naming the workload" in rt.advice
+
+
+def test_memory_away_from_the_cpus_node_recommends_numa_on_a_two_node_host():
+    machine = facts.Machine(False, cpus=4, nodes=2)
+    memory = {5: {"pages": {0: 100, 1: 900}, "cpu_nodes": [0]}}
+    numa = next(f for f in find_causes(_evidence([(0, "idle", 0, 1)], machine=machine, memory=memory))
+                if f.cause == "numa")
+    assert numa.settings == {"node": 1} and "10% of its 1000 resident pages" in numa.evidence[0]
+    one_node = _evidence([(0, "idle", 0, 1)], memory=memory)
+    assert not [f for f in find_causes(one_node) if f.cause == "numa"]
+
+
+# -- the machine, read from a tree ------------------------------------------------------------
+
+def test_a_firecracker_guest_is_recognised_from_its_files(tree):
+    tree.set("/proc/cpuinfo", "processor\t: 0\nflags\t\t: fpu sse hypervisor\n")
+    tree.set("/sys/devices/system/clocksource/clocksource0/available_clocksource", "tsc kvm-clock")
+    tree.host.path("/sys/bus/platform/devices/AMZNC10C:00").mkdir(parents=True)
+    for cpu in (0, 1):
+        tree.set(f"/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id", "0")
+        tree.set(f"/sys/devices/system/cpu/cpu{cpu}/topology/core_id", str(cpu))
+    machine = facts.machine(tree.host)
+    assert (machine.virtual, machine.hypervisor, machine.product) == (True, "KVM", "Firecracker")
+    assert (machine.sockets, machine.cores_per_socket, machine.nodes) == (1, 2, 1)
+
+
+def test_bare_metal_is_not_called_a_virtual_machine(tree):
+    tree.set("/proc/cpuinfo", "processor\t: 0\nflags\t\t: fpu sse\n")
+    tree.set("/sys/class/dmi/id/sys_vendor", "Dell Inc.")
+    tree.set("/sys/class/dmi/id/product_name", "PowerEdge R750")
+    machine = facts.machine(tree.host)
+    assert not machine.virtual
+    assert not [f for f in find_causes(_evidence([(0, "idle", 0, 1)], machine=machine))
+                if f.cause == "virtual-machine"]
+
+
+def test_interrupts_between_two_readings_count_the_target_cpus_only(tree):
+    head = "           CPU0       CPU1\n"
+    tree.set("/proc/interrupts", head + " 36:  10  20  PCI-MSIX  virtio0-input\nLOC:  5  5  Local timer\n")
+    before = facts.interrupt_counts(tree.host)
+    tree.set("/proc/interrupts", head + " 36:  15  120  PCI-MSIX  virtio0-input\nLOC:  9  5  Local timer\n")
+    rows = facts.interrupts_between(before, facts.interrupt_counts(tree.host), {1})
+    assert rows == [{"irq": "36", "name": "virtio0-input", "count": 100, "per_cpu": {"1": 100}, "movable": True}]
+
+
+# -- the command line -------------------------------------------------------------------------
+
+def test_diagnose_refuses_to_write_over_a_file_before_measuring(cli, tmp_path):
+    existing = tmp_path / "p.toml"
+    existing.write_text("keep me")
+    status, out, err = cli("diagnose", "--target", "name:x", "--write-profile", existing)
+    assert status == 2 and "the file exists" in err and existing.read_text() == "keep me"
+    status, out, err = cli("diagnose", "--target", "name:x", "--save-raw", tmp_path / "no" / "raw.json")
+    assert status == 2 and "no directory" in err
+
+
+def test_replay_of_a_target_by_pid_warns_in_the_profile():
+    diagnosis = replay(recorded("noisy"), Target("pid", "1234"))
+    text = write_profile("d", diagnosis.target, None, diagnosis.findings, diagnosis.latency)
+    assert "A pid changes when the workload restarts" in text and tomllib.loads(text)["target"] == {"pid": 1234}

@@ -1,0 +1,1 @@
+"""diagnose: who the workload waits behind, which seed cause is present, and a profile that fixes it."""

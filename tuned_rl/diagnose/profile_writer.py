@@ -1,0 +1,66 @@
+"""A profile from diagnose's findings: a [target] naming the workload, and each recommended table
+with comments citing the finding behind it. `tuned-rl apply` then verifies every step as always.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+from tuned_rl.diagnose.findings import Finding
+from tuned_rl.measure.canary import CanarySpec
+from tuned_rl.measure.targets import Target
+
+
+def target_table(target: Target, canary: CanarySpec | None) -> dict:
+    """The [target] table that names what diagnose measured."""
+    if target.kind != "canary":
+        return {target.kind: int(target.value) if target.kind == "pid" else target.value}
+    table: dict = {"canary": True}
+    default = CanarySpec()
+    for spec_field in fields(CanarySpec):
+        value = getattr(canary or default, spec_field.name)
+        if value is not None and value != getattr(default, spec_field.name):
+            table[f"canary_{spec_field.name}"] = value
+    return table
+
+
+def write_profile(name: str, target: Target, canary: CanarySpec | None, findings: list[Finding],
+                  latency: dict) -> str:
+    """The profile's text (TOML). Findings without a table become comments only."""
+    lines = [f"# Written by `tuned-rl diagnose --target {target}` from what it measured: p99 "
+             f"{latency.get('p99_us', 0) / 1000:.2f} ms, p999 {latency.get('p999_us', 0) / 1000:.2f} ms, max "
+             f"{latency.get('max_us', 0) / 1000:.2f} ms over {latency.get('n', 0)} waits.",
+             "# Review it, then `tuned-rl apply` it: each step is measured before and after, and reverted if it",
+             "# makes p999 worse.", "", "[profile]", f"name = {_value(name)}", "", "[target]"]
+    if target.kind == "pid":
+        lines.append("# A pid changes when the workload restarts: name it by process name, cgroup or unit instead.")
+    lines += [f"{key} = {_value(value)}" for key, value in target_table(target, canary).items()]
+    for finding in findings:
+        lines.append("")
+        lines += [f"# {text}" for text in _comment(finding)]
+        if finding.table is None:
+            continue
+        settings = dict(finding.settings or {})
+        matchers = settings.pop("match", None)
+        lines.append(f"[{finding.table}]")
+        lines += [f"{key} = {_value(value)}" for key, value in settings.items()]
+        for matcher in matchers or []:
+            lines += ["", f"[[{finding.table}.match]]"] + [f"{k} = {_value(v)}" for k, v in matcher.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _comment(finding: Finding) -> list[str]:
+    head = f"Finding ({finding.cause}): {finding.summary}."
+    body = [f"  - {line}" for line in finding.evidence]
+    tail = [f"Fix: {finding.advice}." if finding.table else f"No table here can fix it: {finding.advice}."]
+    return [line.replace("\n", " ").replace("\r", " ") for line in (head, *body, *tail)]
+
+
+def _value(value) -> str:
+    """A TOML value: strings as JSON strings (TOML basic strings take the same escapes)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(str(value))

@@ -1,0 +1,128 @@
+"""`tuned-rl diagnose`: measure the target with the attributing probe, read the host around it,
+rank who the target waited behind, and check the seeds' causes. Changes nothing on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Callable
+
+from tuned_rl.diagnose import facts
+from tuned_rl.diagnose.findings import Evidence, Finding, find_causes
+from tuned_rl.diagnose.holders import HolderInfo, Ranking, rank
+from tuned_rl.host import Host
+from tuned_rl.measure.canary import CanarySpec
+from tuned_rl.measure.measurement import attach_probe
+from tuned_rl.measure.probes.attribution import Attribution, AttributingProbe
+from tuned_rl.measure.targets import Target
+
+REFRESH_S = 1.0  # how often a name or cgroup target's threads are looked up again (a /proc scan each time)
+
+
+@dataclass
+class Diagnosis:
+    target: Target
+    canary: CanarySpec | None
+    latency: dict
+    notes: list[str]
+    attribution: Attribution
+    ranking: Ranking
+    evidence: Evidence
+    findings: list[Finding]
+    recording: dict  # everything the ranking and findings were made from (JSON-ready)
+
+    def to_dict(self) -> dict:
+        evidence = self.evidence
+        return {
+            "target": str(self.target),
+            "latency": self.latency,
+            "attribution": self.ranking.to_dict(),
+            "findings": [f.to_dict() for f in self.findings],
+            "machine": {**evidence.machine.to_dict(),
+                        "steal_ms": {str(c): round(ms, 1) for c, ms in sorted(evidence.steal_ms.items())}},
+            "interrupts": evidence.interrupts,
+            "target_threads": [vars(t) for t in evidence.target_threads],
+            "rt_budgets": {c: vars(b) for c, b in evidence.rt_budgets.items()},
+            "memory": {str(pid): {"pages": {str(n): p for n, p in m["pages"].items()}, "cpu_nodes": m["cpu_nodes"]}
+                       for pid, m in evidence.memory.items()},
+            "notes": self.notes,
+        }
+
+
+def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | None = None,
+             progress: Callable[[float], None] = lambda left: None) -> Diagnosis:
+    """Measure and attribute ``seconds`` of the target's waiting; raises ProbeError or TargetError."""
+    interrupts_before, steal_before = facts.interrupt_counts(host), facts.steal_ms(host)
+    with ExitStack() as stack:
+        attached = attach_probe(stack, host, target, "bpf", canary, probe_class=AttributingProbe)
+        started = time.monotonic()
+        end = started + seconds
+        seen = set(attached.initial_tids)
+        while time.monotonic() < end:
+            time.sleep(max(0.0, min(REFRESH_S, end - time.monotonic())))
+            tids = attached.tid_source()  # threads the probe did not see forked (a name or cgroup target)
+            attached.probe.watch(tids)
+            seen |= tids
+            progress(end - time.monotonic())
+        elapsed = time.monotonic() - started
+        attribution = attached.probe.attribution()
+        lost = attached.probe.lost
+        steal_after, interrupts_after = facts.steal_ms(host), facts.interrupt_counts(host)
+        # Who each holder and target thread is, read while they still run (a canary stops with the stack).
+        threads = facts.target_threads(host, attached.tid_source() | seen)
+        target_pids = {t.pid for t in threads}
+        infos = _holder_infos(host, attribution, target_pids, {os.getpid()})
+        rt_budgets = {t.cpu_cgroup: budget for t in threads if t.policy in ("SCHED_FIFO", "SCHED_RR")
+                      for budget in [facts.rt_budget(host, t.cpu_cgroup)] if budget is not None}
+        memory = facts.memory_placement(host, target_pids)
+    waited_on = {r.cpu for r in attribution.held}
+    recording = {
+        "target": str(target), "attribution": attribution.to_dict(),
+        "holders": {str(pid): vars(info) for pid, info in infos.items()},
+        "irq_names": {str(k): v for k, v in facts.irq_names(interrupts_after).items()},
+        "latency": {**attribution.latency_summary(), "lost": lost, "seconds": round(elapsed, 2)},
+        "target_threads": [vars(t) for t in threads], "online_cpus": sorted(host.online_cpus()),
+        "machine": facts.machine(host).to_dict(),
+        "steal_ms": {str(c): steal_after.get(c, 0.0) - steal_before.get(c, 0.0) for c in steal_after},
+        "interrupts": facts.interrupts_between(interrupts_before, interrupts_after, waited_on),
+        "rt_budgets": {c: vars(b) for c, b in rt_budgets.items()},
+        "memory": {str(pid): m for pid, m in memory.items()},
+        "notes": list(attached.notes) + ([f"{lost} waits could not be attributed in full (no room in a map or a "
+                                          "CPU's slots): their time is in \"not attributed\""] if lost else []),
+    }
+    return replay(recording, target, canary)
+
+
+def replay(recording: dict, target: Target | None = None, canary: CanarySpec | None = None) -> Diagnosis:
+    """The ranking and findings of a recording (what `--save-raw` writes): pure, for tests and reruns."""
+    attribution = Attribution.from_dict(recording["attribution"])
+    infos = {int(pid): HolderInfo(**info) for pid, info in recording["holders"].items()}
+    ranking = rank(attribution, infos, {int(k): v for k, v in recording["irq_names"].items()})
+    target = target or Target.parse(recording["target"])
+    evidence = Evidence(
+        target=recording["target"], target_threads=[facts.TargetThread(**t) for t in recording["target_threads"]],
+        ranking=ranking, latency=recording["latency"], seconds=recording["latency"]["seconds"],
+        online_cpus=set(recording["online_cpus"]), machine=facts.Machine(**recording["machine"]),
+        steal_ms={int(c): ms for c, ms in recording["steal_ms"].items()}, interrupts=recording["interrupts"],
+        rt_budgets={c: facts.RtBudget(**b) for c, b in recording["rt_budgets"].items()},
+        memory={int(pid): {"pages": {int(n): p for n, p in m["pages"].items()}, "cpu_nodes": m["cpu_nodes"]}
+                for pid, m in recording["memory"].items()},
+        named_target=target.kind != "canary")
+    return Diagnosis(target, canary, recording["latency"], recording["notes"], attribution, ranking, evidence,
+                     find_causes(evidence), recording)
+
+
+def _holder_infos(host: Host, attribution: Attribution, target_pids: set[int], own: set[int]) -> dict[int, HolderInfo]:
+    infos = {}
+    for record in attribution.held:
+        if record.kind != "task":
+            continue
+        pid = int(attribution.names.get(record.id, {}).get("tgid") or record.id)
+        if pid not in infos:
+            info = facts.holder_info(host, pid, target_pids, own)
+            if info is not None:
+                infos[pid] = info
+    return infos
