@@ -1,7 +1,7 @@
 """What does the BPF probe cost the rest of the machine? Its programs' own CPU time, counted by the
 kernel, and a fixed job timed without the probe and with each of its programs, under two loads.
 
-    .venv/bin/python bench/probe_overhead.py [--load storm|20k|both] [--rounds 40]
+    .venv/bin/python bench/probe_overhead.py [--load storm|20k|both] [--rounds 40] [--arms raw,classic,empty,attributing]
 
 - storm: hackbench (rt-tests, -p -g 1 -l 10000), about 200,000 context switches a second,
   every one of which passes through the probe's sched_switch handler; the job is hackbench.
@@ -10,8 +10,10 @@ kernel, and a fixed job timed without the probe and with each of its programs, u
   wall time is what the switches take from the machine.
 
 A canary runs throughout (every arm carries the same load); "raw" and "classic" attach the
-probe's two programs to it (tuned_rl/measure/probes/bpf.py), and "empty" attaches programs that
-return at once to the same five raw tracepoints, to calibrate. Each round times the arms in
+probe's two programs to it (tuned_rl/measure/probes/bpf.py), "attributing" diagnose's program
+(the raw one, its waits summed in the kernel, plus attribution on every switch and on the four
+interrupt and softirq tracepoints: tuned_rl/measure/probes/attribution.py), and "empty" attaches
+programs that return at once to the same five raw tracepoints, to calibrate. Each round times the arms in
 rotated order. Printed per arm, as medians with quartiles over the rounds:
 
 - its cost as the kernel counts it (bpf_prog_info run_time_ns and run_cnt, with run-time
@@ -39,6 +41,7 @@ import time
 
 from tuned_rl.host import Host
 from tuned_rl.measure.canary import Canary, CanarySpec
+from tuned_rl.measure.probes.attribution import AttributingProbe
 from tuned_rl.measure.probes.bpf import _BPF_SYSCALL, BPF_OBJ_GET_INFO_BY_FD, BpfProbe
 
 HACKBENCH = ["hackbench", "-p", "-g", "1", "-l", "10000"]  # 40 tasks: steadier than many groups on 2 CPUs
@@ -110,7 +113,7 @@ def timed(arm: str, canary: Canary, job) -> tuple[float, int, int]:
     """The job's seconds, and the probe's program nanoseconds and runs meanwhile."""
     if arm == "none":
         return job(), 0, 0
-    probe = EmptyPrograms() if arm == "empty" else BpfProbe(variant=arm)
+    probe = EmptyPrograms() if arm == "empty" else AttributingProbe() if arm == "attributing" else BpfProbe(variant=arm)
     probe.start(canary.tids())
     try:
         ns_before, runs_before = run_stats(probe)
@@ -122,10 +125,10 @@ def timed(arm: str, canary: Canary, job) -> tuple[float, int, int]:
         probe.stop()
 
 
-def run(load: str, rounds: int) -> None:
+def run(load: str, rounds: int, arms: list[str]) -> None:
     job = hackbench_seconds if load == "storm" else loops_seconds
     waker = subprocess.Popen(WAKER, stdout=subprocess.DEVNULL) if load == "20k" else None
-    arms = ["none", "raw", "classic", "empty"]
+    arms = ["none", *arms]
     ratios: dict[str, list[float]] = {arm: [] for arm in arms[1:]}
     per_run: dict[str, list[float]] = {arm: [] for arm in arms[1:]}
     share: dict[str, list[float]] = {arm: [] for arm in arms[1:]}
@@ -153,10 +156,12 @@ def run(load: str, rounds: int) -> None:
         if waker:
             waker.terminate()
             waker.wait()
-    net = [r - e for r, e in zip(per_run["raw"], per_run["empty"])]
-    net_share = [r - e for r, e in zip(share["raw"], share["empty"])]
-    print(f"{load}, {rounds} rounds, raw less empty: {_spread(net, '.0f')} ns a run, "
-          f"{_spread([100 * s for s in net_share], '.3f')}% of the machine's CPU", flush=True)
+    for arm, floor in (("raw", "empty"), ("attributing", "raw")):
+        if arm in ratios and floor in ratios:
+            net = [r - e for r, e in zip(per_run[arm], per_run[floor])]
+            net_share = [r - e for r, e in zip(share[arm], share[floor])]
+            print(f"{load}, {rounds} rounds, {arm} less {floor}: {_spread(net, '.0f')} ns a run, "
+                  f"{_spread([100 * s for s in net_share], '.3f')}% of the machine's CPU", flush=True)
     for arm in ratios:
         print(f"{load}, {rounds} rounds, {arm}: programs {_spread(per_run[arm], '.0f')} ns a run, "
               f"{_spread([100 * s for s in share[arm]], '.3f')}% of the machine's CPU; job time with/without "
@@ -173,9 +178,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--load", choices=["storm", "20k", "both"], default="both")
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--arms", default="raw,classic,empty,attributing",
+                        help="probes to time against none (attributing: diagnose's program)")
     args = parser.parse_args()
     for load in (["storm", "20k"] if args.load == "both" else [args.load]):
-        run(load, args.rounds)
+        run(load, args.rounds, args.arms.split(","))
 
 
 if __name__ == "__main__":

@@ -222,12 +222,18 @@ def virtual_machine(evidence: Evidence, throttled: bool = False) -> Finding | No
                  + ("" if stolen else ": 0 does not prove the host gave every CPU back at once; "
                                       "the hypervisor may not report steal"))
     if ranking.waits:
-        lines.append(f"{ranking.idle_only_waits} of {ranking.waits} waits "
-                     f"({ranking.idle_only_tail_waits} of the {ranking.tail_waits} worst-1% waits) passed with "
-                     "no guest task on the CPU, only the idle task: "
+        idle = next((h for h in ranking.holders if h.kind == "idle"), None)
+        held = f", which held {_pct(idle.share_of_tail)} of the worst waits' time" if idle else ""
+        lines.append(f"{ranking.idle_only_long_waits} waits of 1 ms or more ({ranking.idle_only_tail_waits} of the "
+                     f"{ranking.tail_waits} worst waits) passed with no guest task on the CPU, only the idle task"
+                     f"{held}: "
                      + ("the RT throttling found above explains them (a throttled CPU runs the idle task)"
                         if throttled else "the guest's own evidence that the host (waking or scheduling the "
-                                          "virtual CPU), not a guest task, made them wait"))
+                                          "virtual CPU), not a guest task, made them wait"
+                        if ranking.idle_only_tail_waits or ranking.idle_only_long_waits
+                        else "no sign of the host in the worst waits")
+                     + f" ({ranking.idle_only_waits} of all {ranking.waits} waits were on an idle CPU: most are "
+                       "its wake-up, microseconds)")
     lines.append(f"the guest sees {machine.nodes} NUMA node(s), {machine.sockets} socket(s) of "
                  f"{machine.cores_per_socket} core(s), {machine.threads_per_core} thread(s) per core"
                  + (": which host node, socket and core each virtual CPU and the guest's memory are on is "

@@ -14,8 +14,9 @@ def format_diagnosis(result: dict) -> list[str]:
              f"{format_us(latency['p50_us'])}, p99 {format_us(latency['p99_us'])}, p999 "
              f"{format_us(latency['p999_us'])}, max {format_us(latency['max_us'])}"
              + (f"; {latency['lost']} lost" if latency["lost"] else ""), "",
-             f"Who it waited behind: {attribution['wait_ms']:.1f} ms of waiting in all; the worst 1% (waits of "
-             f"{format_us(attribution['worst_1pct_from_us'])} and more: {attribution['tail_waits']}) "
+             f"Who it waited behind: {attribution['wait_ms']:.1f} ms of waiting in all; the worst waits "
+             f"({format_us(attribution['worst_1pct_from_us'])} and more: {attribution['tail_waits']}, "
+             f"{attribution['tail_waits'] / max(attribution['waits'], 1):.1%} of them) "
              f"{attribution['worst_1pct_ms']:.1f} ms"]
     rows = []
     for holder in attribution["holders"][:SHOWN_HOLDERS]:
