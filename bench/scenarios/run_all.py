@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import diagnosis  # noqa: E402
 import drifting_target  # noqa: E402
 import fifo_removal  # noqa: E402
 import harmful_step  # noqa: E402
@@ -34,6 +35,10 @@ def main() -> None:
         if verdicts and verdicts[-1].get("seconds") is not None:
             print(f"  {'':<14} decided on {verdicts[-1]['windows']} windows, {verdicts[-1]['seconds']} s of measurement",
                   flush=True)
+    print("\ndiagnose, then apply what it wrote:", flush=True)
+    for case in diagnosis.CASES.values():
+        with tempfile.TemporaryDirectory() as state:
+            print(case(Path(state)).row(), flush=True)
 
 
 if __name__ == "__main__":

@@ -118,7 +118,8 @@ def interrupts_between(before: dict, after: dict, cpus: set[int]) -> list[dict]:
         raised = {cpu: counts[cpu] - (old[cpu] if cpu < len(old) else 0) for cpu in cpus if cpu < len(counts)}
         total = sum(raised.values())
         if total > 0:
-            rows.append({"irq": label, "name": name.split()[-1] if name else "", "count": total,
+            rows.append({"irq": label, "name": (name.split()[-1] if label.isdigit() else name) if name else "",
+                         "count": total,
                          "per_cpu": {str(c): n for c, n in sorted(raised.items())},
                          "movable": label.isdigit()})
     return sorted(rows, key=lambda r: -r["count"])
