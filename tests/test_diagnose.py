@@ -226,6 +226,12 @@ def test_diagnose_refuses_to_write_over_a_file_before_measuring(cli, tmp_path):
     assert status == 2 and "no directory" in err
 
 
+def test_diagnose_of_a_workload_that_is_not_running_says_so(cli, tmp_path):
+    status, out, err = cli("diagnose", "--target", "name:^no-such-workload$", "--write-profile", tmp_path / "p.toml")
+    assert status == 1 and "has no threads now: start the workload first" in err
+    assert not (tmp_path / "p.toml").exists()
+
+
 def test_replay_of_a_target_by_pid_warns_in_the_profile():
     diagnosis = replay(recorded("noisy"), Target("pid", "1234"))
     text = write_profile("d", diagnosis.target, None, diagnosis.findings, diagnosis.latency)

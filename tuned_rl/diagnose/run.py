@@ -17,7 +17,7 @@ from tuned_rl.host import Host
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.measurement import attach_probe
 from tuned_rl.measure.probes.attribution import Attribution, AttributingProbe
-from tuned_rl.measure.targets import Target
+from tuned_rl.measure.targets import Target, TargetError, resolve_tids
 
 REFRESH_S = 1.0  # how often a name or cgroup target's threads are looked up again (a /proc scan each time)
 
@@ -55,6 +55,8 @@ class Diagnosis:
 def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | None = None,
              progress: Callable[[float], None] = lambda left: None) -> Diagnosis:
     """Measure and attribute ``seconds`` of the target's waiting; raises ProbeError or TargetError."""
+    if target.kind != "canary" and not resolve_tids(host, target):
+        raise TargetError(f"{target} has no threads now: start the workload first (diagnose measures it as it runs)")
     interrupts_before, steal_before = facts.interrupt_counts(host), facts.steal_ms(host)
     with ExitStack() as stack:
         attached = attach_probe(stack, host, target, "bpf", canary, probe_class=AttributingProbe)
