@@ -284,11 +284,7 @@ def cmd_plugins(agent: Agent, args) -> int:
 
 
 def cmd_measure(agent: Agent, args) -> int:
-    problems = _measure_problems(agent.host, args)
-    if problems:
-        for problem in problems:
-            print(f"tuned-rl: {problem.key.replace('target.', '--', 1).replace('_', '-')}: {problem.message}",
-                  file=sys.stderr)
+    if _said_target_problems(agent.host, args):
         return EXIT_BAD_INPUT
     spec = _canary_spec(args)
     windows = max(1, round(args.seconds / args.window_seconds))
@@ -320,11 +316,7 @@ def _canary_spec(args) -> CanarySpec:
 
 def cmd_diagnose(agent: Agent, args) -> int:
     args.probe = "bpf"
-    problems = _measure_problems(agent.host, args)
-    if problems:
-        for problem in problems:
-            print(f"tuned-rl: {problem.key.replace('target.', '--', 1).replace('_', '-')}: {problem.message}",
-                  file=sys.stderr)
+    if _said_target_problems(agent.host, args):
         return EXIT_BAD_INPUT
     for option, path in (("--write-profile", args.write_profile), ("--save-raw", args.save_raw)):
         if path and not _path_free(option, path):
@@ -383,6 +375,15 @@ def cmd_doctor(agent: Agent, args) -> int:
     print(f"probe = \"auto\" uses: {report['auto'] or 'nothing: no probe can measure a workload here'}")
     print("facts: " + ", ".join(f"{k}={v}" for k, v in report["facts"].items()))
     return status
+
+
+def _said_target_problems(host: Host, args) -> bool:
+    """Print what is wrong with --target and the canary options, as options; True if anything is."""
+    problems = _measure_problems(host, args)
+    for problem in problems:
+        print(f"tuned-rl: {problem.key.replace('target.', '--', 1).replace('_', '-')}: {problem.message}",
+              file=sys.stderr)
+    return bool(problems)
 
 
 def _measure_problems(host: Host, args) -> list:

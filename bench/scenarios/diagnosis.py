@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import (CPU, apply_profile, cgroup, duty_command, hog_command, placement, placement_differences,  # noqa: E402
-                 processes, rollback)
+from lab import (CPU, apply_profile, cgroup, hog_command, placement, placement_differences, processes,  # noqa: E402
+                 rollback, rt_actors)
 from workload import MARKER  # noqa: E402
 
 RT_CGROUP = "tuned-rl-lab-diagnose-rt"
@@ -102,14 +102,7 @@ def run_rt(state_dir: Path) -> Case:
     profile = state_dir / "diagnosed.toml"
     started = time.monotonic()
     with cgroup(CPU, RT_CGROUP, {"cpu.rt_runtime_us": "500000"}) as directory:
-        cpus = iter(range(os.cpu_count()))
-
-        def place(process):
-            os.sched_setaffinity(process.pid, {next(cpus) % os.cpu_count()})
-            (directory / "tasks").write_text(str(process.pid))
-            os.sched_setscheduler(process.pid, os.SCHED_FIFO, os.sched_param(10))
-
-        with processes([duty_command(8, 10), duty_command(8, 10)], place):
+        with rt_actors(directory):
             diagnosis = diagnose(["--target", "canary", "--canary-cgroup", str(directory), "--canary-policy",
                                   "SCHED_FIFO", "--canary-priority", "50", "--canary-period-us", "2000",
                                   "--canary-threads", "4"], state_dir, profile)

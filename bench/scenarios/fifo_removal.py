@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import (CPU, Outcome, apply_profile, cgroup, duty_command, hog_command, main_once, main_runs,  # noqa: E402
-                 outcome_of, processes, rollback)
+from lab import (CPU, Outcome, apply_profile, cgroup, hog_command, main_once, main_runs,  # noqa: E402
+                 outcome_of, processes, rollback, rt_actors)
 
 MARKER = "tuned-rl-lab-fifo-workload"
 PROFILE = f'[profile]\nname = "lab-fifo-{{variant}}"\n\n[target]\nname = "{MARKER}"\n\n[sched_fifo]\n'
@@ -43,14 +43,7 @@ def policies(pid: int) -> list[str]:
 def run(state_dir: Path, variant: str = "helps") -> Outcome:
     if variant == "helps":
         with cgroup(CPU, "tuned-rl-lab-rt", {"cpu.rt_runtime_us": "500000"}) as directory:
-            cpus = iter(range(os.cpu_count()))
-
-            def place_actor(process):
-                os.sched_setaffinity(process.pid, {next(cpus) % os.cpu_count()})  # one actor per CPU
-                (directory / "tasks").write_text(str(process.pid))
-                os.sched_setscheduler(process.pid, os.SCHED_FIFO, os.sched_param(10))
-
-            with processes([duty_command(8, 10), duty_command(8, 10)], place_actor), \
+            with rt_actors(directory), \
                     processes([waker_command()], lambda p: (directory / "cgroup.procs").write_text(str(p.pid))) as [w]:
                 report, seconds, after_apply = _apply(state_dir, variant, w.pid)
     else:

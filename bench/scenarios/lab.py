@@ -86,6 +86,22 @@ def processes(commands: list[list[str]], setup=None):
                 process.wait()
 
 
+@contextmanager
+def rt_actors(directory: Path):
+    """Two SCHED_FIFO:10 actors busy 8 ms of every 10 in the cpu cgroup ``directory``, one per CPU:
+    two on one CPU would leave the other CPU's share of the group's budget unthrottled, and a
+    FIFO workload in the group would simply run there."""
+    cpus = iter(range(os.cpu_count()))
+
+    def place(process):
+        os.sched_setaffinity(process.pid, {next(cpus) % os.cpu_count()})
+        (directory / "tasks").write_text(str(process.pid))
+        os.sched_setscheduler(process.pid, os.SCHED_FIFO, os.sched_param(10))
+
+    with processes([duty_command(8, 10), duty_command(8, 10)], place) as started:
+        yield started
+
+
 OFFLINE_JOB = "tuned-rl-lab-offline-job"  # in every CPU hog's command line: what eviction matches
 
 

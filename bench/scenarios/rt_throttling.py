@@ -10,12 +10,11 @@ to 950000; tuned-rl measures before and after and keeps the step.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import CPU, Outcome, apply_profile, cgroup, duty_command, main_once, outcome_of, processes, rollback  # noqa: E402,E501
+from lab import CPU, Outcome, apply_profile, cgroup, main_once, outcome_of, rollback, rt_actors  # noqa: E402
 
 NAME = "tuned-rl-lab-rt"
 PROFILE = """\
@@ -41,16 +40,7 @@ cgroup_runtime_us = {runtime}
 def run_budget_change(state_dir: Path, scenario: str, start: int, runtime: int) -> Outcome:
     """FIFO actors at 80% duty in a cgroup with RT budget ``start``; the profile sets ``runtime``."""
     with cgroup(CPU, NAME, {"cpu.rt_runtime_us": str(start)}) as directory:
-        cpus = iter(range(os.cpu_count()))
-
-        def place(process):
-            # One actor per CPU: two on one CPU would leave the other CPU's share of the
-            # group's budget unthrottled, and the canary would simply run there.
-            os.sched_setaffinity(process.pid, {next(cpus) % os.cpu_count()})
-            (directory / "tasks").write_text(str(process.pid))
-            os.sched_setscheduler(process.pid, os.SCHED_FIFO, os.sched_param(10))
-
-        with processes([duty_command(8, 10), duty_command(8, 10)], place):
+        with rt_actors(directory):
             text = PROFILE.format(directory=directory, name=NAME, runtime=runtime, scenario=scenario.replace(" ", "-"))
             report, seconds = apply_profile(text, state_dir)
             after_apply = (directory / "cpu.rt_runtime_us").read_text().strip()  # a reverted step put it back

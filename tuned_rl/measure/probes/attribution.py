@@ -40,15 +40,20 @@ PRELUDE = r"""
 BPF_ARRAY(latency_hist, u64, FINE_BUCKETS);
 BPF_PERCPU_ARRAY(latency_max, u64, 1);
 
-static __always_inline u32 fine_bucket_of(u64 ns) {
+// The index of the highest bit set (0 for 0 and 1).
+static __always_inline u32 msb_of(u64 v) {
     u32 msb = 0;
-    u64 v = ns;
     if (v >> 32) { v >>= 32; msb += 32; }
     if (v >> 16) { v >>= 16; msb += 16; }
     if (v >> 8) { v >>= 8; msb += 8; }
     if (v >> 4) { v >>= 4; msb += 4; }
     if (v >> 2) { v >>= 2; msb += 2; }
     if (v >> 1) { msb += 1; }
+    return msb;
+}
+
+static __always_inline u32 fine_bucket_of(u64 ns) {
+    u32 msb = msb_of(ns);
     if (msb < 4)
         return 64;
     u32 bucket = msb * 16 + (u32)((ns >> (msb - 4)) & 15);
@@ -94,14 +99,7 @@ BPF_HASH(waiting_on, u32, u32, MAX_THREADS);           // the CPU whose slot a w
 
 // Four buckets per doubling: the bucket's lower bound is (4 + b % 4) << (b / 4 - 2) ns.
 static __always_inline u32 bucket_of(u64 ns) {
-    u32 msb = 0;
-    u64 v = ns;
-    if (v >> 32) { v >>= 32; msb += 32; }
-    if (v >> 16) { v >>= 16; msb += 16; }
-    if (v >> 8) { v >>= 8; msb += 8; }
-    if (v >> 4) { v >>= 4; msb += 4; }
-    if (v >> 2) { v >>= 2; msb += 2; }
-    if (v >> 1) { msb += 1; }
+    u32 msb = msb_of(ns);
     if (msb < 2)
         return 8;
     return msb * 4 + (u32)((ns >> (msb - 2)) & 3);
@@ -283,35 +281,23 @@ static __always_inline void woken(u32 tid, u64 task) {
 }
 #define ON_WAKEUP(tid, task) woken(tid, task)
 
-// args: int irq, struct irqaction *action / int irq, struct irqaction *action, int ret.
-RAW_TRACEPOINT_PROBE(irq_handler_entry) {
+// An interrupt handler or softirq starts (value: its number + 1) or ends (0) on this CPU: the time
+// until then goes to what held the CPU, the time after to the handler.
+static __always_inline void handler(int hard, u32 value) {
     struct cpu_state *s = flush(bpf_get_smp_processor_id(), bpf_ktime_get_ns());
-    if (s)
-        s->hardirq = (u32)ctx->args[0] + 1;
-    return 0;
+    if (!s)
+        return;
+    if (hard)
+        s->hardirq = value;
+    else
+        s->softirq = value;
 }
 
-RAW_TRACEPOINT_PROBE(irq_handler_exit) {
-    struct cpu_state *s = flush(bpf_get_smp_processor_id(), bpf_ktime_get_ns());
-    if (s)
-        s->hardirq = 0;
-    return 0;
-}
-
-// args: unsigned int vec_nr.
-RAW_TRACEPOINT_PROBE(softirq_entry) {
-    struct cpu_state *s = flush(bpf_get_smp_processor_id(), bpf_ktime_get_ns());
-    if (s)
-        s->softirq = (u32)ctx->args[0] + 1;
-    return 0;
-}
-
-RAW_TRACEPOINT_PROBE(softirq_exit) {
-    struct cpu_state *s = flush(bpf_get_smp_processor_id(), bpf_ktime_get_ns());
-    if (s)
-        s->softirq = 0;
-    return 0;
-}
+// args: int irq, struct irqaction *action (, int ret) / unsigned int vec_nr.
+RAW_TRACEPOINT_PROBE(irq_handler_entry) { handler(1, (u32)ctx->args[0] + 1); return 0; }
+RAW_TRACEPOINT_PROBE(irq_handler_exit) { handler(1, 0); return 0; }
+RAW_TRACEPOINT_PROBE(softirq_entry) { handler(0, (u32)ctx->args[0] + 1); return 0; }
+RAW_TRACEPOINT_PROBE(softirq_exit) { handler(0, 0); return 0; }
 """
 
 
