@@ -182,6 +182,44 @@ def test_memory_away_from_the_cpus_node_recommends_numa_on_a_two_node_host():
     assert not [f for f in find_causes(one_node) if f.cause == "numa"]
 
 
+def test_memory_away_from_the_gpus_node_recommends_binding_to_the_gpu():
+    machine = facts.Machine(False, cpus=4, nodes=2)
+    memory = {5: {"pages": {0: 950, 1: 50}, "cpu_nodes": [0]}}   # local to its CPUs, far from its GPU
+    numa = next(f for f in find_causes(_evidence([(0, "idle", 0, 1)], machine=machine, memory=memory,
+                                                 gpu=("0000:3b:00.0", 1))) if f.cause == "numa")
+    assert numa.settings == {"gpu": "0000:3b:00.0"}
+    assert "5% of its 1000 resident pages on node 1, the GPU's" in numa.evidence[0]
+    assert not [f for f in find_causes(_evidence([(0, "idle", 0, 1)], machine=machine, memory=memory))
+                if f.cause == "numa"]
+
+
+def test_the_profile_written_for_a_gpu_finding_validates_and_plans(tree, tmp_path):
+    for target, value in [("/sys/devices/system/cpu/online", "0-3"), ("/sys/devices/system/node/online", "0-1"),
+                          ("/sys/devices/system/node/node0/cpulist", "0-1"),
+                          ("/sys/devices/system/node/node1/cpulist", "2-3"),
+                          ("/sys/bus/pci/devices/0000:3b:00.0/numa_node", "1"),
+                          ("/proc/100/numa_maps", "7f00 default anon=950 N0=950")]:
+        tree.set(target, value)
+    tree.add_process(100, "model", affinity="0-3")
+    evidence = _evidence([(0, "idle", 0, 1)], machine=facts.Machine(False, cpus=4, nodes=2),
+                         memory={100: {"pages": {0: 950}, "cpu_nodes": [0, 1]}}, gpu=("0000:3b:00.0", 1))
+    path = tmp_path / "p.toml"
+    path.write_text(write_profile("d", Target("name", "^model$"), None, find_causes(evidence), evidence.latency))
+    profile = load_profile(path)
+    assert profile.get("numa") == {"gpu": "0000:3b:00.0"}
+    plugins = load_plugins()
+    assert plugins.validate(profile, tree.host) == []
+    assert plugins.plan(profile, tree.host)
+
+
+def test_diagnose_checks_the_gpu_before_measuring(cli, tree):
+    tree.set("/sys/bus/pci/devices/0000:af:00.0/numa_node", "-1")
+    status, out, err = cli("diagnose", "--target", "name:x", "--gpu", "0000:af:00.0")
+    assert status == 2 and "--gpu:" in err and "firmware does not say" in err
+    status, out, err = cli("diagnose", "--target", "name:x", "--gpu", "nvidia0")
+    assert status == 2 and "the NVIDIA driver is not loaded" in err
+
+
 # -- the machine, read from a tree ------------------------------------------------------------
 
 def test_a_firecracker_guest_is_recognised_from_its_files(tree):

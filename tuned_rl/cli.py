@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     diagnose.add_argument("--seconds", type=_positive(float), default=10.0, help="how long (default %(default)s)")
     diagnose.add_argument("--write-profile", metavar="PATH",
                           help="write a profile with the recommended tables here (not over an existing file)")
+    diagnose.add_argument("--gpu", help='the GPU the target feeds ("0000:3b:00.0" or "nvidia0"): its memory is '
+                                        "checked against that GPU's NUMA node")
     diagnose.add_argument("--save-raw", metavar="PATH",
                           help="also save the probe's sums and the facts read, as JSON (to attach to a report)")
     _add_canary_arguments(diagnose)
@@ -321,10 +323,18 @@ def cmd_diagnose(agent: Agent, args) -> int:
     for option, path in (("--write-profile", args.write_profile), ("--save-raw", args.save_raw)):
         if path and not _path_free(option, path):
             return EXIT_BAD_INPUT
+    gpu = None
+    if args.gpu:
+        from tuned_rl.host.numa import NumaError, gpu_node
+        try:
+            gpu = (args.gpu, gpu_node(agent.host, args.gpu))
+        except NumaError as err:
+            print(f"tuned-rl: --gpu: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     spec = _canary_spec(args) if args.target.kind == "canary" else None
     try:
         diagnosis = diagnose(agent.host, args.target, args.seconds, spec,
-                             lambda left: agent.progress(f"diagnosing {args.target}: {max(left, 0):.0f} s left"))
+                             lambda left: agent.progress(f"diagnosing {args.target}: {max(left, 0):.0f} s left"), gpu)
     except (ProbeError, TargetError) as err:
         print(f"tuned-rl: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -38,6 +38,7 @@ class Evidence:
     rt_budgets: dict[str, RtBudget] = field(default_factory=dict)  # cpu cgroup -> budget
     memory: dict[int, dict] = field(default_factory=dict)           # memory_placement
     named_target: bool = True            # the target is a workload (not a canary): [sched_fifo] needs one
+    gpu: tuple[str, int] | None = None   # the GPU the target feeds, and its node (diagnose --gpu)
 
 
 @dataclass
@@ -185,7 +186,8 @@ def _latency_cpus(evidence: Evidence) -> set[int] | None:
 
 
 def remote_memory(evidence: Evidence) -> Finding | None:
-    if evidence.machine.nodes < 2:
+    """Memory away from the nodes of the target's CPUs, or from its GPU's node when --gpu names one."""
+    if evidence.gpu is None and evidence.machine.nodes < 2:
         return None
     lines, nodes = [], {}
     for pid, placed in evidence.memory.items():
@@ -193,18 +195,24 @@ def remote_memory(evidence: Evidence) -> Finding | None:
         total = sum(pages.values())
         if not total:
             continue
-        local = sum(n for node, n in pages.items() if node in placed["cpu_nodes"]) / total
+        wanted = [evidence.gpu[1]] if evidence.gpu else placed["cpu_nodes"]
+        local = sum(n for node, n in pages.items() if node in wanted) / total
         main = max(pages, key=pages.get)
-        if local < LOCAL_PAGES or len(placed["cpu_nodes"]) > 1:
-            lines.append(f"pid {pid}: {_pct(local)} of its {total} resident pages on the nodes of its CPUs "
-                         f"({', '.join(map(str, placed['cpu_nodes']))}); most on node {main}")
+        where = f"node {evidence.gpu[1]}, the GPU's" if evidence.gpu else \
+            f"the nodes of its CPUs ({', '.join(map(str, placed['cpu_nodes']))})"
+        if local < LOCAL_PAGES or (evidence.gpu is None and len(placed["cpu_nodes"]) > 1):
+            lines.append(f"pid {pid}: {_pct(local)} of its {total} resident pages on {where}; most on node {main}")
             nodes[main] = nodes.get(main, 0) + total
     if not lines:
         return None
+    if evidence.gpu:
+        return Finding("numa", f"the target's memory is away from its GPU's node ({evidence.gpu[0]}: node "
+                       f"{evidence.gpu[1]})", lines, "numa", {"gpu": evidence.gpu[0]},
+                       "bind its CPUs and memory to the GPU's node: every copy to the GPU then stays on one node")
     node = max(nodes, key=nodes.get)
     return Finding("numa", "the target's memory is not on the node of its CPUs", lines, "numa", {"node": node},
                    "bind its CPUs and memory to one node (the node of the GPU it feeds, where it feeds one: "
-                   "gpu = \"PCI address\" in the table)")
+                   "diagnose --gpu ADDR checks against it, and gpu = \"ADDR\" in the table binds to it)")
 
 
 def virtual_machine(evidence: Evidence, throttled: bool = False) -> Finding | None:

@@ -53,8 +53,11 @@ class Diagnosis:
 
 
 def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | None = None,
-             progress: Callable[[float], None] = lambda left: None) -> Diagnosis:
-    """Measure and attribute ``seconds`` of the target's waiting; raises ProbeError or TargetError."""
+             progress: Callable[[float], None] = lambda left: None, gpu: tuple[str, int] | None = None) -> Diagnosis:
+    """Measure and attribute ``seconds`` of the target's waiting; raises ProbeError or TargetError.
+
+    ``gpu``: the GPU the target feeds and its node, to check its memory against.
+    """
     if target.kind != "canary" and not resolve_tids(host, target):
         raise TargetError(f"{target} has no threads now: start the workload first (diagnose measures it as it runs)")
     interrupts_before, steal_before = facts.interrupt_counts(host), facts.steal_ms(host)
@@ -91,7 +94,7 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
         "steal_ms": {str(c): steal_after.get(c, 0.0) - steal_before.get(c, 0.0) for c in steal_after},
         "interrupts": facts.interrupts_between(interrupts_before, interrupts_after, waited_on),
         "rt_budgets": {c: vars(b) for c, b in rt_budgets.items()},
-        "memory": {str(pid): m for pid, m in memory.items()},
+        "memory": {str(pid): m for pid, m in memory.items()}, "gpu": list(gpu) if gpu else None,
         "notes": list(attached.notes) + ([f"{lost} waits could not be attributed in full (no room in a map or a "
                                           "CPU's slots): their time is in \"not attributed\""] if lost else []),
     }
@@ -112,7 +115,7 @@ def replay(recording: dict, target: Target | None = None, canary: CanarySpec | N
         rt_budgets={c: facts.RtBudget(**b) for c, b in recording["rt_budgets"].items()},
         memory={int(pid): {"pages": {int(n): p for n, p in m["pages"].items()}, "cpu_nodes": m["cpu_nodes"]}
                 for pid, m in recording["memory"].items()},
-        named_target=target.kind != "canary")
+        named_target=target.kind != "canary", gpu=tuple(recording["gpu"]) if recording.get("gpu") else None)
     return Diagnosis(target, canary, recording["latency"], recording["notes"], attribution, ranking, evidence,
                      find_causes(evidence), recording)
 
