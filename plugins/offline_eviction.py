@@ -17,8 +17,10 @@
 Matches are resolved when the plan is made and listed in it (pid, name, and why each
 matched). One step:
 
-- a cgroup tuned-rl creates, ``tuned-rl-offline``: ``cpu.shares`` 2 on cgroup v1 (the
-  ``cpu`` hierarchy), ``cpu.weight`` 1 and ``cpu.idle`` 1 on v2; with ``cpus``, a cpuset
+- a cgroup tuned-rl creates, ``tuned-rl-offline``: on cgroup v1 (the ``cpu`` hierarchy)
+  ``cpu.idle`` 1 where the kernel has it (5.15 and later), else ``cpu.shares`` 2; ``cpu.weight``
+  1 and ``cpu.idle`` 1 on v2. An idle group's tasks are preempted at once by a waking workload
+  thread, which a low weight alone does not do; with ``cpus``, a cpuset
   (v1: ``cpuset/tuned-rl-offline``; v2: the same cgroup's ``cpuset.cpus``). Every matched
   process moves in whole, so children it forks later are evicted too;
 - per thread, if asked: policy, nice, I/O class.
@@ -198,8 +200,11 @@ def cgroup_changes(host, processes: list, cpus: str | None) -> tuple[list[Change
                and "cpu" in _read_words(host, f"{m.mount_point}/cgroup.subtree_control")), None)
     if cpu_v1 is not None:
         directory = f"{cpu_v1}/{OFFLINE}"
-        changes.append(Change("cgroup_dir", directory, cgroup_settings(host, directory, ["cpu.shares"]),
-                              {"cpu.shares": "2"}))
+        # cpu.idle (Linux 5.15, v1 too): the group counts as SCHED_IDLE, so a waking workload thread
+        # preempts its tasks at once, and its weight becomes the kernel's minimum (3; cpu.shares then
+        # reads 3 and refuses writes). Without it, cpu.shares 2: a low weight, but no such preemption.
+        settings = {"cpu.idle": "1"} if host.exists(f"{cpu_v1}/cpu.idle") else {"cpu.shares": "2"}
+        changes.append(Change("cgroup_dir", directory, cgroup_settings(host, directory, list(settings)), settings))
         moves.append((cpu_v1, host.cgroup_mount(cpu_v1).key))
         if cpus is not None:
             cpuset = host.cgroup_v1_mount("cpuset")

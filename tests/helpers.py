@@ -193,6 +193,8 @@ class CgroupTreeHost(Host):
             names.update({"cpuset.cpus": "", "cpuset.mems": ""})
         if mount.version == 1 and "cpu" in mount.key.split(","):
             names["cpu.shares"] = "1024"
+            if self.exists(f"{mount.mount_point}/cpu.idle"):  # the kernel has cpu.idle (5.15+)
+                names["cpu.idle"] = "0"
         for name, value in names.items():
             self.path(f"{target}/{name}").write_text(value + "\n" if value else "")
 

@@ -90,6 +90,22 @@ def test_matched_jobs_are_evicted_spared_ones_named_and_rollback_is_exact(host_t
     assert tree.snapshot() == original  # /batch/job1 again, policies, nice, I/O class; cgroups removed
 
 
+
+def test_on_a_kernel_with_cpu_idle_the_v1_group_is_made_idle_not_given_shares(host_tree, cli, profile_file):
+    """Linux 5.15+ has cpu.idle in v1 too: an idle group's tasks are preempted at once by a waking
+    workload thread; cpu.shares 2 alone does not do that (and refuses writes once idle is set)."""
+    tree = host_tree
+    tree.set(f"{CPU}/cpu.idle", "0")
+    original = tree.snapshot()
+    status, out, err = cli("apply", profile_file(EVICT), "--json")
+    assert status == 0, err
+    assert tree.get(f"{CPU}/tuned-rl-offline/cpu.idle") == "1"
+    assert tree.get(f"{CPU}/tuned-rl-offline/cpu.shares") == "1024"  # not written
+    [step] = json.loads(out)["steps"]
+    assert step["changes"][0]["after"] == "present, cpu.idle=1"
+    assert cli("rollback")[0] == 0
+    assert tree.snapshot() == original
+
 def test_a_job_forked_inside_the_offline_cgroup_follows_its_parent_back(host_tree, cli, profile_file):
     tree = host_tree
     assert cli("apply", profile_file(EVICT))[0] == 0
