@@ -136,12 +136,14 @@ def test_percentiles_from_the_kernel_histogram():
 
 # -- the rules on evidence made by hand -------------------------------------------------------
 
-def _evidence(held, machine=None, threads=None, **extra) -> Evidence:
+def _evidence(held, machine=None, threads=None, kernel=(), bound=(), **extra) -> Evidence:
+    """Evidence from (CPU, kind, id, ns) records; task ids in ``kernel`` are kernel threads (``bound``: per-CPU)."""
     latencies = {_fine(1_000_000): 100}
     tail = [(kind, ident, bucket_of(1_000_000), ns) for _, kind, ident, ns in held]
     names = {ident: {"comm": f"c{ident}", "tgid": ident} for _, kind, ident, _ in held if kind == "task"}
     attribution = _attribution(held, tail, latencies, names)
-    infos = {ident: HolderInfo(ident, f"c{ident}", f"job {ident}", "root", "/", "SCHED_OTHER:0")
+    infos = {ident: HolderInfo(ident, f"c{ident}", "" if ident in kernel else f"job {ident}", "root", "/",
+                               "SCHED_OTHER:0", kernel_thread=ident in kernel, bound=ident in bound)
              for _, kind, ident, _ in held if kind == "task"}
     return Evidence("name:w", threads or [facts.TargetThread(5, 5, "w", "SCHED_OTHER", 0, "/", "0-1")],
                     rank(attribution, infos, {36: "virtio0"}), {"p999_us": 1000}, 10.0, {0, 1},
@@ -153,6 +155,32 @@ def test_interrupts_on_the_target_cpus_recommend_irq_isolation_leaving_a_houseke
     irq = next(f for f in findings if f.cause == "interrupts")
     assert irq.table == "irq_isolation" and irq.settings == {"latency_cpus": "1"}
     assert "irq 36 (virtio0)" in irq.evidence[0]
+
+
+def test_kernel_threads_on_the_target_cpus_recommend_cpu_isolation(tree, tmp_path):
+    held = [(1, "task", 77, 300), (1, "task", 9, 100), (1, "task", 8, 600)]
+    findings = find_causes(_evidence(held, kernel={77, 9}, bound={9}))
+    found = next(f for f in findings if f.cause == "kernel-threads")
+    assert found.table == "cpu_isolation" and found.settings == {"latency_cpus": "1"}
+    assert "pid 77 (c77): 30% of the worst-1% wait" in found.evidence[0]
+    assert "pid 9 (c9, bound to its CPU)" in found.evidence[1] and "isolcpus and nohz_full" in found.advice
+    assert [f.cause for f in findings if f.cause == "offline-jobs"] == ["offline-jobs"]  # pid 8, not the threads
+    assert all("c77" not in line for f in findings if f.cause == "offline-jobs" for line in f.evidence)
+    canary = find_causes(_evidence(held, kernel={77, 9}, named_target=False))
+    assert next(f for f in canary if f.cause == "kernel-threads").table is None
+    # The profile it writes, beside the eviction, validates on a host like this one.
+    for target, value in [("/sys/fs/cgroup/cpuset/cpuset.cpus", "0-1"), ("/sys/fs/cgroup/cpuset/cpuset.mems", "0"),
+                          ("/proc/cmdline", "root=/dev/vda1")]:
+        tree.set(target, value)
+    path = tmp_path / "p.toml"
+    path.write_text(write_profile("d", Target("name", "^w$"), None, findings, {}))
+    assert set(tomllib.loads(path.read_text())) == {"profile", "target", "offline_eviction", "cpu_isolation"}
+    assert load_plugins().validate(load_profile(path), tree.host) == []
+
+
+def test_a_few_kernel_thread_wakeups_make_no_finding():
+    held = [(1, "task", 77, 50), (1, "idle", 0, 950)]
+    assert not [f for f in find_causes(_evidence(held, kernel={77})) if f.cause == "kernel-threads"]
 
 
 def test_small_shares_make_no_finding():

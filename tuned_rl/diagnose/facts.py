@@ -133,7 +133,7 @@ def holder_info(host: Host, pid: int, target_pids: set[int], own_pids: set[int])
     cgroups = process.cgroups
     cgroup = next((path for key, path in cgroups.items() if "cpu" in key.split(",")), cgroups.get("", ""))
     return HolderInfo(pid, process.comm, process.cmdline, host.user_name(process.uid), cgroup, process.sched,
-                      process.kernel_thread, pid in target_pids, pid in own_pids)
+                      process.kernel_thread, pid in target_pids, pid in own_pids, process.fixed_affinity)
 
 
 @dataclass

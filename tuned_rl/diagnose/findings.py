@@ -18,6 +18,7 @@ OFFLINE_SHARE = 0.20      # other processes' share of the worst-1% wait that mak
 OFFLINE_HOLDER_SHARE = 0.02  # a process below this share is not named in the matchers
 THROTTLED_SHARE = 0.20    # of an RT target's worst-1% wait, spent while idle or a lower policy ran
 IRQ_SHARE = 0.05          # interrupts' share of the wait (or of its worst 1%)
+KTHREAD_SHARE = 0.10      # kernel threads' share of the worst-1% wait
 LOCAL_PAGES = 0.90        # a process with less of its memory on its CPUs' nodes is "remote"
 STEAL_SHARE = 0.005       # steal above this share of the measurement is worth saying
 
@@ -57,7 +58,7 @@ class Finding:
 
 def find_causes(evidence: Evidence) -> list[Finding]:
     found = []
-    for rule in (offline_jobs, rt_throttling, interrupts, remote_memory):
+    for rule in (offline_jobs, rt_throttling, kernel_threads, interrupts, remote_memory):
         finding = rule(evidence)
         if finding is not None:
             found.append(finding)
@@ -149,6 +150,29 @@ def rt_throttling(evidence: Evidence) -> Finding | None:
         "their budget is the host's own (kernel.sched_rt_runtime_us): run them SCHED_OTHER at nice -20 with "
         "[sched_fifo] (the verification reverts it if FIFO was what kept them ahead)"
         + ("" if evidence.named_target else "; [sched_fifo] needs a [target] naming the workload, not a canary"))
+
+
+def kernel_threads(evidence: Evidence) -> Finding | None:
+    """Kernel threads on the target's CPUs: [cpu_isolation] moves those that may move; per-CPU ones
+    leave only with boot parameters, which its plan recommends."""
+    ranking = evidence.ranking
+    threads = [h for h in ranking.holders if h.kind == "task" and h.info is not None and h.info.kernel_thread]
+    share = sum(_share(h, ranking) for h in threads)
+    if share < KTHREAD_SHARE:
+        return None
+    lines = [f"{h.key} ({h.name}{', bound to its CPU' if h.info.bound else ''}): {_pct(h.share_of_tail)} of the "
+             f"worst-1% wait, {_pct(h.share_of_wait)} of all wait, on CPU {format_cpu_list(h.cpus)}"
+             for h in threads if _share(h, ranking) >= OFFLINE_HOLDER_SHARE]
+    latency = _latency_cpus(evidence)
+    summary = f"kernel threads held the target's CPUs for {_pct(share)} of its worst-1% wait time"
+    advice = ("give the workload CPUs of its own: kernel threads that may move go to the housekeeping CPUs at once; "
+              "per-CPU ones (kworker/N, ksoftirqd/N) leave only with isolcpus and nohz_full at boot, which the "
+              "plan recommends")
+    if latency is None or not evidence.named_target:
+        why = "this host has one CPU" if latency is None else "[cpu_isolation] needs a [target] naming the workload"
+        return Finding("kernel-threads", summary, lines, None, None, f"{advice} ({why})")
+    return Finding("kernel-threads", summary, lines, "cpu_isolation", {"latency_cpus": format_cpu_list(latency)},
+                   advice)
 
 
 def interrupts(evidence: Evidence) -> Finding | None:

@@ -32,6 +32,7 @@ class HolderInfo:
     kernel_thread: bool = False
     is_target: bool = False
     is_tuned_rl: bool = False
+    bound: bool = False     # a per-CPU kernel thread the kernel will not move (kworker/N, ksoftirqd/N)
 
 
 @dataclass
