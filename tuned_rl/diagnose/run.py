@@ -48,6 +48,7 @@ class Diagnosis:
             "rt_budgets": {c: vars(b) for c, b in evidence.rt_budgets.items()},
             "memory": {str(pid): {"pages": {str(n): p for n, p in m["pages"].items()}, "cpu_nodes": m["cpu_nodes"]}
                        for pid, m in evidence.memory.items()},
+            "gpu": {"address": evidence.gpu[0], "node": evidence.gpu[1]} if evidence.gpu else None,
             "notes": self.notes,
         }
 
