@@ -150,6 +150,19 @@ def kill_at(point: str, *args, root, state_dir) -> None:
     process.stderr.close()
 
 
+def refuse_writes(monkeypatch, host_class, code: int, refused) -> None:
+    """Make ``host_class.write`` fail with OSError ``code`` where ``refused(target, value)`` says so,
+    as the kernel refuses a value it will not take."""
+    write = host_class.write
+
+    def refusing(self, target, value):
+        if refused(target, value):
+            raise OSError(code, os.strerror(code), str(self.path(target)))
+        return write(self, target, value)
+
+    monkeypatch.setattr(host_class, "write", refusing)
+
+
 class Hogs:
     """CPU hogs (busy Python loops at nice 0), pinned to ``cpus``: ``with Hogs(4, "0"):``."""
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from helpers import MOUNTS_V2_ONLY, CgroupTreeHost
+from helpers import MOUNTS_V2_ONLY, CgroupTreeHost, refuse_writes
 from tuned_rl.host.processes import PF_KTHREAD, PF_NO_SETAFFINITY
 
 CPUSET = "/sys/fs/cgroup/cpuset"
@@ -127,14 +127,9 @@ def test_a_kernel_thread_the_kernel_will_not_move_is_named_and_does_not_fail_the
     import errno
     tree = cgroup_tree
     v1_host(tree)
-    original, write = tree.snapshot(), CgroupTreeHost.write
-
-    def write_refusing(self, target, value):
-        if target.endswith("/cgroup.procs") and value == "15":
-            raise OSError(errno.EINVAL, "Invalid argument")
-        return write(self, target, value)
-
-    monkeypatch.setattr(CgroupTreeHost, "write", write_refusing)
+    original = tree.snapshot()
+    refuse_writes(monkeypatch, CgroupTreeHost, errno.EINVAL,
+                  lambda target, value: target.endswith("/cgroup.procs") and value == "15")
     status, out, err = cli("apply", profile_file(PROFILE), "--json")
     assert status == 0, err
     step = json.loads(out)["steps"][0]
@@ -149,14 +144,9 @@ def test_a_user_process_the_kernel_will_not_move_fails_the_step_and_it_is_undone
     import errno
     tree = cgroup_tree
     v1_host(tree)
-    original, write = tree.snapshot(), CgroupTreeHost.write
-
-    def write_refusing(self, target, value):
-        if target.endswith("/cgroup.procs") and value == "200":
-            raise OSError(errno.EINVAL, "Invalid argument")
-        return write(self, target, value)
-
-    monkeypatch.setattr(CgroupTreeHost, "write", write_refusing)
+    original = tree.snapshot()
+    refuse_writes(monkeypatch, CgroupTreeHost, errno.EINVAL,
+                  lambda target, value: target.endswith("/cgroup.procs") and value == "200")
     status, out, _ = cli("apply", profile_file(PROFILE), "--json")
     step = json.loads(out)["steps"][0]
     assert status == 1 and step["outcome"] == "failed" and "pid 200 (hog)" in step["reason"]

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from helpers import refuse_writes
 from tuned_rl.host import Host
 from tuned_rl_plugins.irq_isolation import banned_config
 
@@ -50,14 +51,8 @@ def test_every_irq_and_queue_reaching_a_latency_cpu_moves_and_comes_back(irqs, c
 @pytest.mark.parametrize("code", [errno.EIO, errno.EPERM])  # before and from Linux 6.12
 def test_an_irq_the_kernel_will_not_move_is_named_and_does_not_fail_the_step(irqs, cli, profile_file, monkeypatch,
                                                                              code):
-    original, write = irqs.snapshot(), Host.write
-
-    def refusing(self, target, value):
-        if target == "/proc/irq/36/smp_affinity_list":
-            raise OSError(code, os.strerror(code), str(self.path(target)))
-        return write(self, target, value)
-
-    monkeypatch.setattr(Host, "write", refusing)
+    original = irqs.snapshot()
+    refuse_writes(monkeypatch, Host, code, lambda target, value: target == "/proc/irq/36/smp_affinity_list")
     status, out, err = cli("apply", profile_file(PROFILE), "--json")
     assert status == 0, err
     step = json.loads(out)["steps"][0]
@@ -71,14 +66,8 @@ def test_an_irq_the_kernel_will_not_move_is_named_and_does_not_fail_the_step(irq
 
 
 def test_another_refusal_fails_the_step_and_undoes_it(irqs, cli, profile_file, monkeypatch):
-    original, write = irqs.snapshot(), Host.write
-
-    def refusing(self, target, value):
-        if target == "/proc/irq/36/smp_affinity_list":
-            raise OSError(errno.EINVAL, "Invalid argument", str(self.path(target)))
-        return write(self, target, value)
-
-    monkeypatch.setattr(Host, "write", refusing)
+    original = irqs.snapshot()
+    refuse_writes(monkeypatch, Host, errno.EINVAL, lambda target, value: target == "/proc/irq/36/smp_affinity_list")
     status, out, _ = cli("apply", profile_file(PROFILE), "--json")
     step = json.loads(out)["steps"][0]
     assert status == 1 and step["outcome"] == "failed" and "Invalid argument" in step["reason"]

@@ -317,7 +317,6 @@ def _canary_spec(args) -> CanarySpec:
 
 
 def cmd_diagnose(agent: Agent, args) -> int:
-    args.probe = "bpf"
     if _said_target_problems(agent.host, args):
         return EXIT_BAD_INPUT
     for option, path in (("--write-profile", args.write_profile), ("--save-raw", args.save_raw)):
@@ -401,7 +400,7 @@ def _measure_problems(host: Host, args) -> list:
     target = args.target
     if target.kind != "canary":
         table = {target.kind: int(target.value) if target.kind == "pid" else target.value}
-        if args.probe == "schedstat":
+        if getattr(args, "probe", None) == "schedstat":  # diagnose has no --probe: it runs its own
             return [Problem("target.probe", "schedstat measures a canary only (it reads the canary's own "
                                             "schedstat); use bpf or tracefs for a workload")]
     else:

@@ -16,9 +16,6 @@ placement for ``noisy``).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -26,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lab import (CPU, apply_profile, cgroup, hog_command, placement, placement_differences, processes,  # noqa: E402
-                 rollback, rt_actors)
+                 rollback, rt_actors, tuned_rl_json)
 from workload import MARKER  # noqa: E402
 
 RT_CGROUP = "tuned-rl-lab-diagnose-rt"
@@ -70,15 +67,9 @@ def _ms(figures: dict | None) -> str:
 
 
 def diagnose(args: list[str], state_dir: Path, profile: Path, seconds: float = 8) -> dict:
-    env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
-    env.pop("TUNED_RL_HOST_ROOT", None)
     state_dir.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "diagnose", *args, "--seconds", str(seconds),
-                             "--write-profile", str(profile), "--save-raw", str(state_dir / "raw.json"), "--json"],
-                            capture_output=True, text=True, env=env, timeout=seconds + 120)
-    if result.returncode != 0:
-        raise RuntimeError(f"tuned-rl diagnose exited {result.returncode}: {result.stderr[-2000:]}")
-    return json.loads(result.stdout)
+    return tuned_rl_json(["diagnose", *args, "--seconds", str(seconds), "--write-profile", str(profile),
+                          "--save-raw", str(state_dir / "raw.json")], state_dir, seconds + 120)
 
 
 def run_noisy(state_dir: Path) -> Case:

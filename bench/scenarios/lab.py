@@ -13,6 +13,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuned_rl.diagnose import facts
+from tuned_rl.host import Host
+
 HERE = Path(__file__).parent
 CPU = Path("/sys/fs/cgroup/cpu")
 CPUSET = Path("/sys/fs/cgroup/cpuset")
@@ -32,7 +35,7 @@ class Outcome:
     value_after_apply: str | None = None  # what the step's target held when apply finished
     quiet_p999_us: float | None = None  # the target alone, measured in the same run
     differences: list[str] | None = None  # what the rollback did not put back (placement scenarios)
-    steal_ms: dict[str, float] | None = None  # per CPU: time the hypervisor ran something else meanwhile
+    steal_ms: dict[int, float] | None = None  # per CPU: time the hypervisor ran something else meanwhile
 
     def row(self) -> str:
         def ms(us):
@@ -126,22 +129,30 @@ def apply_profile(text: str, state_dir: Path, timeout: float = 600) -> tuple[dic
     profile = state_dir / "profile.toml"
     state_dir.mkdir(parents=True, exist_ok=True)
     profile.write_text(text)
+    started = time.monotonic()
+    report = tuned_rl_json(["apply", str(profile)], state_dir, timeout)
+    return report, time.monotonic() - started
+
+
+def run_tuned_rl(args: list[str], state_dir: Path, timeout: float) -> subprocess.CompletedProcess:
+    """`tuned-rl ARGS` in a new process on this host (never a test tree), with its own state
+    directory; RuntimeError if it fails."""
     env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
     env.pop("TUNED_RL_HOST_ROOT", None)
-    started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "apply", str(profile), "--json"],
-                            capture_output=True, text=True, env=env, timeout=timeout)
-    seconds = time.monotonic() - started
-    if result.returncode != 0 or not result.stdout.strip():
-        raise RuntimeError(f"tuned-rl apply exited {result.returncode}: {result.stderr[-2000:]}")
-    return json.loads(result.stdout), seconds
+    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", *args], capture_output=True, text=True, env=env,
+                            timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"tuned-rl {args[0]} exited {result.returncode}: {result.stderr[-2000:]}")
+    return result
+
+
+def tuned_rl_json(args: list[str], state_dir: Path, timeout: float) -> dict:
+    """What `tuned-rl ARGS --json` printed."""
+    return json.loads(run_tuned_rl([*args, "--json"], state_dir, timeout).stdout)
 
 
 def rollback(state_dir: Path) -> None:
-    env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
-    env.pop("TUNED_RL_HOST_ROOT", None)
-    subprocess.run([sys.executable, "-m", "tuned_rl.cli", "rollback"], check=True, env=env,
-                   capture_output=True, timeout=120)
+    run_tuned_rl(["rollback"], state_dir, 120)
 
 
 def outcome_of(scenario: str, report: dict, seconds: float, restored: bool) -> Outcome:
@@ -182,27 +193,17 @@ def main_runs(run, row=Outcome.row) -> None:
 
 def measure(target: str, seconds: float, state_dir: Path) -> dict:
     """`tuned-rl measure --json` of ``target`` ("name:REGEX"): the figures of ``seconds`` of windows."""
-    env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
-    env.pop("TUNED_RL_HOST_ROOT", None)
-    result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "measure", "--target", target, "--seconds",
-                             str(seconds), "--window-seconds", "0.5", "--json"],
-                            capture_output=True, text=True, env=env, timeout=seconds + 120)
-    if result.returncode != 0:
-        raise RuntimeError(f"tuned-rl measure exited {result.returncode}: {result.stderr[-2000:]}")
-    return json.loads(result.stdout)
+    return tuned_rl_json(["measure", "--target", target, "--seconds", str(seconds), "--window-seconds", "0.5"],
+                         state_dir, seconds + 120)
 
 
-def steal_ms() -> dict[str, float]:
+def steal_ms() -> dict[int, float]:
     """Per CPU, the steal time /proc/stat has counted since boot, in ms: time a busy virtual CPU
-    waited while the hypervisor ran something else. Its difference over a run says whether the
-    host, not the guest, delayed the workload."""
-    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
-    return {fields[0]: int(fields[8]) * tick_ms for fields in
-            (line.split() for line in Path("/proc/stat").read_text().splitlines())
-            if fields and fields[0].startswith("cpu") and fields[0] != "cpu" and len(fields) > 8}
+    waited while the hypervisor ran something else (diagnose reads it the same way)."""
+    return facts.steal_ms(Host())
 
 
-def steal_since(start: dict[str, float]) -> dict[str, float]:
+def steal_since(start: dict[int, float]) -> dict[int, float]:
     now = steal_ms()
     return {cpu: now[cpu] - start.get(cpu, 0.0) for cpu in now}
 

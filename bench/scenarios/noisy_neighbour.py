@@ -70,7 +70,7 @@ def run(state_dir: Path, variant: str = "isolate") -> Outcome:
 def row(result: Outcome) -> str:
     ratio = result.after_p999_us / result.quiet_p999_us if result.after_p999_us and result.quiet_p999_us else None
     fall = result.before_p999_us / result.after_p999_us if result.after_p999_us and result.before_p999_us else None
-    stolen = ", ".join(f"{cpu} {ms:.0f} ms" for cpu, ms in (result.steal_ms or {}).items() if ms)
+    stolen = ", ".join(f"cpu{cpu} {ms:.0f} ms" for cpu, ms in (result.steal_ms or {}).items() if ms)
     return (f"{result.row()}  quiet {result.quiet_p999_us / 1000:.2f} ms; fell "
             f"{'-' if fall is None else f'{fall:.1f}x'}; after/quiet {'-' if ratio is None else f'{ratio:.2f}x'}"
             + (f"; stolen by the hypervisor: {stolen}" if stolen else "")

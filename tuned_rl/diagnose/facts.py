@@ -130,10 +130,14 @@ def holder_info(host: Host, pid: int, target_pids: set[int], own_pids: set[int])
         process = host.process(pid)
     except TaskGone:
         return None
-    cgroups = process.cgroups
-    cgroup = next((path for key, path in cgroups.items() if "cpu" in key.split(",")), cgroups.get("", ""))
+    cgroup = cpu_cgroup(process.cgroups) or process.cgroups.get("", "")
     return HolderInfo(pid, process.comm, process.cmdline, host.user_name(process.uid), cgroup, process.sched,
                       process.kernel_thread, pid in target_pids, pid in own_pids, process.fixed_affinity)
+
+
+def cpu_cgroup(cgroups: dict[str, str]) -> str:
+    """A task's cgroup in the v1 hierarchy holding the cpu controller ("" without one)."""
+    return next((path for key, path in cgroups.items() if "cpu" in key.split(",")), "")
 
 
 @dataclass
@@ -154,8 +158,8 @@ def target_threads(host: Host, tids: set[int]) -> list[TargetThread]:
             info = host.process(tid)
         except TaskGone:
             continue
-        cgroup = next((path for key, path in info.cgroups.items() if "cpu" in key.split(",")), "")
-        found.append(TargetThread(tid, info.tgid, info.comm, info.policy, info.priority, cgroup, info.affinity))
+        found.append(TargetThread(tid, info.tgid, info.comm, info.policy, info.priority, cpu_cgroup(info.cgroups),
+                                  info.affinity))
     return found
 
 

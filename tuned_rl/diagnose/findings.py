@@ -71,6 +71,12 @@ def _pct(share: float) -> str:
     return f"{share * 100:.0f}%"
 
 
+def _holder_line(holder: Holder, about: str) -> str:
+    """One holder as evidence: who, its shares of the wait, and where."""
+    return (f"{holder.key} ({about}): {_pct(holder.share_of_tail)} of the worst-1% wait, "
+            f"{_pct(holder.share_of_wait)} of all wait, on CPU {format_cpu_list(holder.cpus)}")
+
+
 def _share(holder: Holder, ranking: Ranking) -> float:
     """The share that decides: of the worst 1% when there is a tail, else of all waiting."""
     return holder.share_of_tail if ranking.tail_ns else holder.share_of_wait
@@ -85,9 +91,8 @@ def offline_jobs(evidence: Evidence) -> Finding | None:
     if total < OFFLINE_SHARE:
         return None
     named = [h for h in others if _share(h, ranking) >= OFFLINE_HOLDER_SHARE]
-    lines = [f"{h.key} ({h.name}, user {h.info.user}, cgroup {h.info.cgroup or '/'}, {h.info.policy}): "
-             f"{_pct(h.share_of_tail)} of the worst-1% wait, {_pct(h.share_of_wait)} of all wait, on CPU "
-             f"{format_cpu_list(h.cpus)}" for h in named]
+    lines = [_holder_line(h, f"{h.name}, user {h.info.user}, cgroup {h.info.cgroup or '/'}, {h.info.policy}")
+             for h in named]
     target_comms = {t.comm for t in evidence.target_threads}
     matchers = _matchers(named, target_comms)
     return Finding(
@@ -160,8 +165,7 @@ def kernel_threads(evidence: Evidence) -> Finding | None:
     share = sum(_share(h, ranking) for h in threads)
     if share < KTHREAD_SHARE:
         return None
-    lines = [f"{h.key} ({h.name}{', bound to its CPU' if h.info.bound else ''}): {_pct(h.share_of_tail)} of the "
-             f"worst-1% wait, {_pct(h.share_of_wait)} of all wait, on CPU {format_cpu_list(h.cpus)}"
+    lines = [_holder_line(h, h.name + (", bound to its CPU" if h.info.bound else ""))
              for h in threads if _share(h, ranking) >= OFFLINE_HOLDER_SHARE]
     latency = _latency_cpus(evidence)
     summary = f"kernel threads held the target's CPUs for {_pct(share)} of its worst-1% wait time"

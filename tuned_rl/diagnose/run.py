@@ -35,20 +35,17 @@ class Diagnosis:
     recording: dict  # everything the ranking and findings were made from (JSON-ready)
 
     def to_dict(self) -> dict:
-        evidence = self.evidence
+        """The report: the ranking and findings, and the facts they were made from as recorded."""
+        recorded = self.recording
         return {
             "target": str(self.target),
             "latency": self.latency,
             "attribution": self.ranking.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
-            "machine": {**evidence.machine.to_dict(),
-                        "steal_ms": {str(c): round(ms, 1) for c, ms in sorted(evidence.steal_ms.items())}},
-            "interrupts": evidence.interrupts,
-            "target_threads": [vars(t) for t in evidence.target_threads],
-            "rt_budgets": {c: vars(b) for c, b in evidence.rt_budgets.items()},
-            "memory": {str(pid): {"pages": {str(n): p for n, p in m["pages"].items()}, "cpu_nodes": m["cpu_nodes"]}
-                       for pid, m in evidence.memory.items()},
-            "gpu": {"address": evidence.gpu[0], "node": evidence.gpu[1]} if evidence.gpu else None,
+            "machine": {**recorded["machine"],
+                        "steal_ms": {c: round(ms, 1) for c, ms in sorted(recorded["steal_ms"].items())}},
+            **{key: recorded[key] for key in ("interrupts", "target_threads", "rt_budgets", "memory")},
+            "gpu": {"address": self.evidence.gpu[0], "node": self.evidence.gpu[1]} if self.evidence.gpu else None,
             "notes": self.notes,
         }
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tuned_rl.host.cpus import parse_cpu_list
 from tuned_rl.measure.probes.base import ProbeError
 from tuned_rl.measure.probes.bpf import COMMON, RAW_BODY, BpfProbe, _raw_tracepoints_usable
 from tuned_rl.measure.probes.btf import BtfError, member_offset
@@ -443,10 +444,10 @@ def _task_cpu_offset() -> int:
 
 
 def _possible_cpus() -> int:
+    """How many CPU numbers this kernel may use (the per-CPU array's size)."""
     try:
         with open("/sys/devices/system/cpu/possible") as handle:
-            text = handle.read().strip()
-        return int(text.split("-")[-1].split(",")[-1]) + 1
+            return max(parse_cpu_list(handle.read())) + 1
     except (OSError, ValueError):
         return 1024
 
