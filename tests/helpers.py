@@ -101,6 +101,7 @@ class HostTree:
                 self.set(f"{base}/stat", " ".join(fields))
                 self.set(f"{base}/status", status)
                 self.set(f"{base}/cgroup", lines)
+                self.set(f"{base}/comm", comm)
                 path = self.host.path(f"{base}/cmdline")
                 path.write_bytes(("\0".join((cmdline if cmdline is not None else comm).split()) + "\0").encode()
                                  if cmdline != "" else b"")

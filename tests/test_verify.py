@@ -29,6 +29,7 @@ class StateProbe:
     the drain numbered ``fail_at`` raises as a broken probe would."""
 
     name = "fake"
+    follows_forks = False
 
     def __init__(self, scale_of_state, events: int = 4000, fail_at: int | None = None):
         self.scale_of_state, self.lost, self.events, self.fail_at = scale_of_state, 0, events, fail_at

@@ -299,6 +299,15 @@ class Host:
         except (FileNotFoundError, ProcessLookupError):
             return set()
 
+    def process_names(self, pid: int) -> tuple[str, str]:
+        """(comm, command line) of one process, two small reads; raises TaskGone if it is gone."""
+        try:
+            comm = self.read(f"/proc/{pid}/comm")
+            cmdline = self.read_bytes(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
+        except (FileNotFoundError, ProcessLookupError) as err:
+            raise TaskGone(f"pid {pid} has exited") from err
+        return comm, cmdline
+
     def process(self, pid: int) -> ProcessInfo:
         """What tuned-rl knows of one process or thread; raises TaskGone if it is gone."""
         try:

@@ -17,7 +17,8 @@ from tuned_rl.measure.probes.tracefs import remove_leftover_instances
 from tuned_rl.measure.stats import Summary, summarize
 from tuned_rl.measure.targets import Target, TargetError, resolve_tids
 
-REFRESH_S = 0.25  # how often threads the probe cannot follow by itself are looked up again
+REFRESH_S = 0.25  # how often the probe's events are taken (and threads it cannot follow looked up again)
+RESCAN_S = 1.0  # how often a probe that follows forks has the target looked up again (new processes)
 
 
 @dataclass
@@ -55,12 +56,18 @@ def record_windows(probe: LatencyProbe, tid_source: Callable[[], set[int]], wind
     measurement = measurement or Measurement(probe.name)
     started = time.monotonic()
     probe.drain()  # events from before the first window belong to no window
+    # Looking a name target up reads every process's command line: a burst of this process's CPU
+    # the workload may wait behind. A probe that follows forks needs it only for new processes.
+    rescan_s = RESCAN_S if probe.follows_forks else REFRESH_S
+    rescanned = started
     for index in range(windows):
         end = started + (index + 1) * window_seconds
         tids, latencies = [], []
         while True:  # at least one drain per window, even one this process reached late (a loaded host)
             time.sleep(max(0.0, min(REFRESH_S, end - time.monotonic())))
-            probe.watch(tid_source())
+            if time.monotonic() - rescanned >= rescan_s:
+                probe.watch(tid_source())
+                rescanned = time.monotonic()
             batch = probe.drain()
             tids.append(batch[0])
             latencies.append(batch[1])

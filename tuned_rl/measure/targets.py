@@ -155,10 +155,10 @@ def _cgroup_threads(host: Host, directory: str) -> set[int]:
 
 def _matches(host: Host, pid: int, pattern: re.Pattern) -> bool:
     try:
-        process = host.process(pid)
+        comm, cmdline = host.process_names(pid)  # not host.process(): this runs for every pid, every rescan
     except TaskGone:
         return False
-    return bool(pattern.search(process.comm) or pattern.search(process.cmdline))
+    return bool(pattern.search(comm) or pattern.search(cmdline))
 
 
 def target_processes(host: Host, table: dict) -> list:
