@@ -1,7 +1,7 @@
 """What does the BPF probe cost the rest of the machine? Its programs' own CPU time, counted by the
 kernel, and a fixed job timed without the probe and with each of its programs, under two loads.
 
-    .venv/bin/python bench/probe_overhead.py [--load storm|20k|both] [--rounds 40] [--arms raw,classic,empty,attributing]
+    .venv/bin/python bench/probe_overhead.py [--load storm|20k|both] [--rounds 40] [--arms raw,classic,raw-events,classic-events,empty,attributing]
 
 - storm: hackbench (rt-tests, -p -g 1 -l 10000), about 200,000 context switches a second,
   every one of which passes through the probe's sched_switch handler; the job is hackbench.
@@ -10,7 +10,9 @@ kernel, and a fixed job timed without the probe and with each of its programs, u
   wall time is what the switches take from the machine.
 
 A canary runs throughout (every arm carries the same load); "raw" and "classic" attach the
-probe's two programs to it (tuned_rl/measure/probes/bpf.py), "attributing" diagnose's program
+probe's two programs to it (tuned_rl/measure/probes/bpf.py) as tuned-rl runs them, each wait
+summed in a histogram in the kernel; "raw-events" and "classic-events" hand each wait to user
+space through the ring buffer instead (as tuned-rl did before), "attributing" diagnose's program
 (the raw one, its waits summed in the kernel, plus attribution on every switch and on the four
 interrupt and softirq tracepoints: tuned_rl/measure/probes/attribution.py), and "empty" attaches
 programs that return at once to the same five raw tracepoints, to calibrate. Each round times the arms in
@@ -113,7 +115,11 @@ def timed(arm: str, canary: Canary, job) -> tuple[float, int, int]:
     """The job's seconds, and the probe's program nanoseconds and runs meanwhile."""
     if arm == "none":
         return job(), 0, 0
-    probe = EmptyPrograms() if arm == "empty" else AttributingProbe() if arm == "attributing" else BpfProbe(variant=arm)
+    if arm in ("empty", "attributing"):
+        probe = EmptyPrograms() if arm == "empty" else AttributingProbe()
+    else:
+        variant, _, delivery = arm.partition("-")
+        probe = BpfProbe(variant=variant, summed=delivery != "events")
     probe.start(canary.tids())
     try:
         ns_before, runs_before = run_stats(probe)
@@ -178,7 +184,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--load", choices=["storm", "20k", "both"], default="both")
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--arms", default="raw,classic,empty,attributing",
+    parser.add_argument("--arms", default="raw,raw-events,classic,empty,attributing",
                         help="probes to time against none (attributing: diagnose's program)")
     args = parser.parse_args()
     for load in (["storm", "20k"] if args.load == "both" else [args.load]):

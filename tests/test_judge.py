@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION, JudgeSettings, judge, window_tail
+from tuned_rl.measure.judge import (INCONCLUSIVE, NO_REGRESSION, REGRESSION, JudgeSettings, average_ranks, judge,
+                                   permutation_p_value, window_tail)
 from tuned_rl.measure.stats import format_us, quantile, summarize
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
@@ -89,3 +90,11 @@ def test_a_step_that_starves_the_target_is_a_regression_not_inconclusive():
     assert verdict.outcome == REGRESSION and "starved" in verdict.reason
     thin_before = [w[:100] for w in before]  # too few events on both sides: nothing to compare
     assert judge(thin_before, starved).outcome == INCONCLUSIVE
+
+
+def test_tied_windows_favour_neither_arm():
+    # Waits summed in the kernel come back as bucket values: identical windows tie exactly.
+    assert average_ranks(np.array([3.0, 1.0, 3.0, 2.0, 3.0])).tolist() == [4.0, 1.0, 4.0, 2.0, 4.0]
+    window = np.repeat(np.array([10_000, 1_081_300]), [9_990, 10])
+    p = permutation_p_value([window] * 4, [window] * 4, 0.999, 2000, 1)
+    assert p == 1.0  # every split's rank sum equals the observed one: no evidence either way

@@ -93,3 +93,19 @@ def test_a_wakeup_whose_switch_never_arrives_is_counted_lost():
     tids, _ = feed(probe, [wakeup("1.0", 42), switch("1.5", 42, "S", 0),  # ran: the switch in went missing
                            wakeup("2.0", 42), wakeup("2.1", 42), switch("2.2", 0, "R", 42)])
     assert tids == [42] and probe._unpaired == 2
+
+
+def test_bpf_events_are_copied_raw_and_decoded_when_taken_past_the_buffer_capacity():
+    import ctypes
+
+    from tuned_rl.measure.probes.bpf import EventBuffer, _Event
+
+    buffer = EventBuffer(capacity=4)
+    sent = [(100 + i, 1000 * i + 7) for i in range(10)]  # 10 events: two full buffers and a part
+    for tid, delta in sent:
+        event = _Event(tid=tid, pad=0, delta_ns=delta)
+        buffer.add(ctypes.addressof(event))
+    tids, latencies = buffer.take()
+    assert list(zip(tids.tolist(), latencies.tolist())) == sent
+    assert tids.dtype == latencies.dtype == "int64"
+    assert [len(a) for a in buffer.take()] == [0, 0]  # taken once

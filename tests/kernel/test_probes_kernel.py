@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tuned_rl.measure.canary import Canary, CanarySpec
@@ -91,7 +92,7 @@ def test_three_probes_on_one_canary_run_agree_on_p99():
 def test_threads_the_canary_creates_during_the_window_are_measured(probe_name):
     with Canary(PINNED, Host()) as canary:  # CPU 0: see TracefsProbe on CPU 1 of this VM
         first = canary.tids()
-        probe = BpfProbe() if probe_name == "bpf" else TracefsProbe()
+        probe = BpfProbe(summed=False) if probe_name == "bpf" else TracefsProbe()  # events name their thread
         probe.start(first)
         threading.Timer(1.2, canary.add_thread).start()  # during the second window
         try:
@@ -113,7 +114,7 @@ def test_the_probe_records_only_the_target_under_50000_context_switches_a_second
                                  start_new_session=True)
         try:
             time.sleep(0.5)
-            probe = BpfProbe()
+            probe = BpfProbe(summed=False)  # events name their thread
             probe.start(canary.tids())
             before, started = switches(), time.monotonic()
             try:
@@ -148,12 +149,14 @@ def test_doctor_says_the_bpf_probe_runs_here(state_dir):
     assert status == 0 and report["auto"] == "bpf" and report["probes"][0]["can_run"]
 
 
+@pytest.mark.parametrize("summed", [False, True], ids=["events", "summed"])
 @pytest.mark.parametrize("variant", ["raw", "classic"])
-def test_both_programs_see_the_same_canary_and_count_their_missed_runs(variant):
+def test_both_programs_see_the_same_canary_and_count_their_missed_runs(variant, summed):
     # raw: raw tracepoints, the thread id read at the offset this kernel's BTF gives; classic:
-    # tracepoint arguments. A wrong offset would match no thread (or the wrong ones).
+    # tracepoint arguments. A wrong offset would match no thread (or the wrong ones). Summed in the
+    # kernel, the waits are as many, with no thread ids.
     with Canary(CanarySpec(period_us=1000, threads=2), Host()) as canary:
-        probe = BpfProbe(variant=variant)
+        probe = BpfProbe(variant=variant, summed=summed)
         probe.start(canary.tids())
         try:
             measurement = record_windows(probe, canary.tids, 2, 1.0)
@@ -161,8 +164,30 @@ def test_both_programs_see_the_same_canary_and_count_their_missed_runs(variant):
         finally:
             probe.stop()
     assert probe.variant == variant
-    assert measurement.tids == waking and len(waking) == 2  # the two waking threads, nothing else
+    assert measurement.tids == (set() if summed else waking) and len(waking) == 2  # the two waking threads
     assert 2 * 2 * 800 < len(measurement.values) and lost == 0
+
+
+def test_waits_summed_in_the_kernel_read_as_the_events_do():
+    # Both ways on one canary run beside two hogs: the histogram's buckets are 4.4% wide.
+    with Hogs(2, "0"), Canary(PINNED, Host()) as canary:
+        probes = {"events": BpfProbe(summed=False), "summed": BpfProbe(summed=True)}
+        for probe in probes.values():
+            probe.start(canary.tids())
+        try:
+            time.sleep(0.2)
+            for probe in probes.values():
+                probe.drain()
+            time.sleep(4)
+            measured = {name: probe.drain()[1] for name, probe in probes.items()}
+        finally:
+            for probe in probes.values():
+                probe.stop()
+    events, summed = measured["events"], measured["summed"]
+    print({name: summarize(values).to_dict() for name, values in measured.items()})
+    assert len(events) > 1500 and abs(len(summed) - len(events)) <= 0.02 * len(events)
+    for q in (50, 99, 99.9):
+        assert np.percentile(summed, q) == pytest.approx(np.percentile(events, q), rel=0.05, abs=2000), q
 
 
 def test_auto_takes_raw_tracepoints_here_and_btf_gives_the_thread_id_offset():

@@ -120,13 +120,20 @@ def permutation_p_value(before: list[np.ndarray], after: list[np.ndarray], q: fl
     arm's rank sum (a Mann-Whitney test, its null distribution from the splits).
     """
     statistics = np.array([window_tail(w, tail_share(q)) for w in before + after])
-    ranks = np.empty(len(statistics))
-    ranks[np.argsort(statistics, kind="stable")] = np.arange(1, len(statistics) + 1)
+    ranks = average_ranks(statistics)
     observed = ranks[len(before):].sum()
     split_sums = np.array([ranks[list(split)].sum() for split in _splits(len(ranks), len(after),
                                                                             permutations, seed)])
     # The observed split counts as one of the splits, so p is never 0.
     return float((1 + np.sum(split_sums >= observed)) / (1 + len(split_sums)))
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks from 1, tied values sharing the mean of their ranks (a probe summing waits in the
+    kernel hands over bucket values, so two windows can tie; a tie must not favour either arm)."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)
+    return ((last - counts + 1 + last) / 2)[inverse]
 
 
 def tail_share(q: float) -> float:

@@ -22,57 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tuned_rl.host.cpus import parse_cpu_list
 from tuned_rl.measure.probes.base import ProbeError
-from tuned_rl.measure.probes.bpf import COMMON, RAW_BODY, BpfProbe, _raw_tracepoints_usable
+from tuned_rl.measure.probes.bpf import COMMON, RAW_BODY, BpfProbe, _raw_tracepoints_usable, fine_bucket_range
 from tuned_rl.measure.probes.btf import BtfError, member_offset
 
 # Holder kinds, as the program numbers them.
 IDLE, TASK, HARDIRQ, SOFTIRQ, NOT_ATTRIBUTED = 0, 1, 2, 3, 4
 KIND_NAMES = {IDLE: "idle", TASK: "task", HARDIRQ: "irq", SOFTIRQ: "softirq", NOT_ATTRIBUTED: "not attributed"}
 BUCKETS_PER_DOUBLING = 4
-
-# Before COMMON: each wait's length goes to a histogram in the kernel (16 buckets per doubling,
-# 4.4% wide) and the longest to a per-CPU maximum; no event crosses to user space, so diagnose
-# itself takes almost no CPU from the workload it watches.
-PRELUDE = r"""
-#define NO_EVENTS 1
-#define FINE_BUCKETS 1024
-BPF_ARRAY(latency_hist, u64, FINE_BUCKETS);
-BPF_PERCPU_ARRAY(latency_max, u64, 1);
-
-// The index of the highest bit set (0 for 0 and 1).
-static __always_inline u32 msb_of(u64 v) {
-    u32 msb = 0;
-    if (v >> 32) { v >>= 32; msb += 32; }
-    if (v >> 16) { v >>= 16; msb += 16; }
-    if (v >> 8) { v >>= 8; msb += 8; }
-    if (v >> 4) { v >>= 4; msb += 4; }
-    if (v >> 2) { v >>= 2; msb += 2; }
-    if (v >> 1) { msb += 1; }
-    return msb;
-}
-
-static __always_inline u32 fine_bucket_of(u64 ns) {
-    u32 msb = msb_of(ns);
-    if (msb < 4)
-        return 64;
-    u32 bucket = msb * 16 + (u32)((ns >> (msb - 4)) & 15);
-    return bucket < FINE_BUCKETS ? bucket : FINE_BUCKETS - 1;
-}
-
-static __always_inline void count_wait(u64 ns) {
-    u32 bucket = fine_bucket_of(ns);
-    u64 *count = latency_hist.lookup(&bucket);
-    if (count)
-        __sync_fetch_and_add(count, 1);
-    int zero = 0;
-    u64 *longest = latency_max.lookup(&zero);
-    if (longest && ns > *longest)
-        *longest = ns;
-}
-#define ON_WAIT_LENGTH(ns) count_wait(ns)
-"""
 
 ATTRIBUTION = r"""
 #define SLOTS 4
@@ -373,14 +333,6 @@ class Attribution:
                    {int(k): v for k, v in data.get("latencies", {}).items()}, data.get("longest_ns", 0))
 
 
-def fine_bucket_range(bucket: int) -> tuple[int, int]:
-    """(shortest wait, width) of a latency histogram bucket (16 per doubling)."""
-    doubling, step = divmod(bucket, 16)
-    if doubling < 4:
-        return 0, 16
-    return (16 + step) << (doubling - 4), 1 << (doubling - 4)
-
-
 def bucket_lower_ns(bucket: int) -> int:
     """The shortest wait in a bucket (the program's bucket_of, inverted)."""
     doubling, step = divmod(bucket, BUCKETS_PER_DOUBLING)
@@ -400,10 +352,9 @@ class AttributingProbe(BpfProbe):
     watched threads' wait time. ``drain`` returns nothing: read ``attribution()``."""
 
     name = "bpf"
-    delivers_events = False
 
     def __init__(self, max_threads: int = 16384, ring_pages: int = 256):
-        super().__init__(max_threads, ring_pages, variant="raw")
+        super().__init__(max_threads, ring_pages, variant="raw", summed=True)
 
     def start(self, tids) -> None:
         if not _raw_tracepoints_usable():
@@ -417,7 +368,7 @@ class AttributingProbe(BpfProbe):
                       f"-DPOLICY_OFFSET={member_offset('task_struct', 'policy')}", f"-DMAX_CPUS={_possible_cpus()}"]
         except BtfError as err:
             raise ProbeError(f"cannot attribute wait time on this kernel: {err}") from err
-        return PRELUDE + COMMON + ATTRIBUTION + RAW_BODY, cflags
+        return COMMON + ATTRIBUTION + RAW_BODY, cflags
 
     def attribution(self) -> Attribution:
         """The sums so far (read while the probe runs, or before stop)."""
@@ -430,9 +381,9 @@ class AttributingProbe(BpfProbe):
         idle_waits = {k.value: v.value for k, v in self._bpf[b"idle_waits"].items()}
         names = {k.value: {"comm": v.comm.decode(errors="replace"), "tgid": v.tgid, "policy": v.policy}
                  for k, v in self._bpf[b"holder_names"].items()}
-        latencies = {index.value: count.value for index, count in self._bpf[b"latency_hist"].items() if count.value}
-        longest = max(self._bpf[b"latency_max"][0])
-        return Attribution(held, tail, waits, idle_waits, names, latencies, int(longest))
+        counts = self.wait_counts()
+        latencies = {int(bucket): int(counts[bucket]) for bucket in np.flatnonzero(counts)}
+        return Attribution(held, tail, waits, idle_waits, names, latencies, self.longest_wait_ns())
 
 
 def _task_cpu_offset() -> int:

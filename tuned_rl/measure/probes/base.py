@@ -55,7 +55,10 @@ class LatencyProbe(ABC):
 
     @abstractmethod
     def drain(self) -> tuple[np.ndarray, np.ndarray]:
-        """(thread ids, latencies in ns) of the events recorded since the last drain."""
+        """(thread ids, latencies in ns) of the events recorded since the last drain.
+
+        The thread ids may be empty: a probe that sums waits in the kernel does not know them.
+        """
 
     @property
     @abstractmethod
