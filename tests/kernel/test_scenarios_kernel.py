@@ -95,32 +95,17 @@ def test_a_noisy_neighbour_is_moved_away_kept_and_put_back(variant, tmp_path):
             return result.after_p999_us * 3 <= result.before_p999_us
         return result.after_p999_us <= 1.5 * result.quiet_p999_us
 
-    # Eviction alone leaves the workload sharing CPU 0 with the jobs (1 in 5 bench runs fell
-    # 2.5x, the median 5.5x: README): up to three runs, the first that meets the bar decides.
-    for attempt in range(3 if variant == "evict" else 1):
+    # Eviction alone fell 21-48x in six bench runs; isolation left the workload at 0.75-1.9x its
+    # quiet floor of about 0.1 ms (README): at that scale a moment of the VM's host moves a p999 of
+    # ten seconds. Up to three runs, the first that meets the bar decides.
+    for attempt in range(3):
         result = noisy_neighbour.run(tmp_path / str(attempt), variant)
         print(noisy_neighbour.row(result))
         assert result.decision == "kept", result.report
         assert result.host_restored, result.differences
         if meets_bar(result):
             return
-    if variant == "evict" and host_stole_the_busy_cpu(result):
-        # The jobs keep CPU 0 busy; a contended hypervisor may take that virtual CPU away for
-        # milliseconds at a time, and a workload thread woken there then waits whatever the guest
-        # does. No guest setting answers that; isolation does (the other variants). What eviction
-        # still shows there: the jobs no longer delay the workload's common wake-ups. (A CI run
-        # once kept p999 at 4 ms three times with p99 7x down; the cause there was the v1 group
-        # not being idle, fixed since: see README, "the scenario lab".)
-        step = next(s for s in result.report["steps"] if s["plugin"] == "offline_eviction")
-        assert step["after"]["p99_us"] * 3 <= step["before"]["p99_us"], step
-        pytest.skip(f"p999 not judged: the hypervisor stole {result.steal_ms} during the run "
-                    f"(p99 {step['before']['p99_us']} -> {step['after']['p99_us']} us)")
     assert meets_bar(result)
-
-
-def host_stole_the_busy_cpu(result) -> bool:
-    """At least 1% of the run's time stolen from some CPU by the hypervisor."""
-    return max((result.steal_ms or {}).values(), default=0) >= 10 * result.seconds
 
 
 def test_fifo_removal_is_kept_where_the_rt_budget_throttles_the_workload(tmp_path):
