@@ -145,3 +145,21 @@ def test_pid_reused_during_the_call_is_gone_not_silently_done():
 
     with pytest.raises(TaskGone, match="exited while it was being changed"):
         Host().on_task(task, exits_meanwhile)
+
+
+def test_output_read_by_a_reader_that_stopped_ends_quietly_not_as_a_host_error(tree, profile_file, state_dir):
+    # `tuned-rl ... | head`: head exits, and the next write finds the pipe closed.
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    environment = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir), "TUNED_RL_HOST_ROOT": str(tree.root)}
+    try:
+        process = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "apply", "--dry-run",
+                                  str(profile_file(PROFILE))],
+                                 env=environment, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert process.returncode == 128 + 13, process.stderr
+    assert "cannot read the host" not in process.stderr and "Traceback" not in process.stderr

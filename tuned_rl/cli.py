@@ -30,6 +30,7 @@ from tuned_rl.profiles.loader import ProfileError, load_profile
 from tuned_rl.profiles.schema import Problem
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + 13  # as a process killed by SIGPIPE, which a shell pipeline expects
 
 
 def _add_canary_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     except (LockHeld, StateDirError, HostError, JournalError) as err:
         print(f"tuned-rl: {err}", file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:  # whoever read the output stopped (`| head`): not the host's doing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return EXIT_BROKEN_PIPE
     except OSError as err:  # the host lacks a file a plugin reads, or refuses access
         print(f"tuned-rl: cannot read the host: {err.filename or ''}: {err.strerror}", file=sys.stderr)
         return EXIT_FAILED
