@@ -20,8 +20,8 @@ from tuned_rl.diagnose.findings import Evidence, find_causes
 from tuned_rl.diagnose.holders import HolderInfo, rank
 from tuned_rl.diagnose.profile_writer import write_profile
 from tuned_rl.diagnose.run import replay
-from tuned_rl.measure.probes.attribution import (Attribution, HeldRecord, TailRecord, bucket_lower_ns, bucket_of,
-                                                 fine_bucket_range)
+from tuned_rl.measure.probes.attribution import Attribution, HeldRecord, TailRecord, bucket_lower_ns, bucket_of
+from tuned_rl.measure.probes.bpf import fine_bucket_range
 from tuned_rl.measure.targets import Target
 from tuned_rl.profiles.loader import load_profile
 

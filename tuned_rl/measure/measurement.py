@@ -11,7 +11,7 @@ import numpy as np
 
 from tuned_rl.measure.canary import Canary, CanarySpec
 from tuned_rl.host import Host
-from tuned_rl.measure.probes import LatencyProbe, ProbeError, choose_probe
+from tuned_rl.measure.probes import LatencyProbe, Obstacle, ProbeError, choose_probe
 from tuned_rl.measure.probes.schedstat import SchedstatProbe
 from tuned_rl.measure.probes.tracefs import remove_leftover_instances
 from tuned_rl.measure.stats import Summary, summarize
@@ -106,7 +106,7 @@ def attach_probe(stack: ExitStack, host: Host, target: Target, probe_name: str,
     else:
         obstacles = probe_class.obstacles(host, target.kind == "canary")
         if obstacles:
-            raise ProbeError("; ".join(f"{o.problem} (fix: {o.fix})" for o in obstacles))
+            raise ProbeError(Obstacle.describe(obstacles))
     if target.kind == "canary":
         running = stack.enter_context(Canary(canary or CanarySpec(), host,
                                              report_schedstat=probe_class is SchedstatProbe))

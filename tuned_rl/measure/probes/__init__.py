@@ -24,7 +24,7 @@ def choose_probe(name: str, host: Host, canary: bool) -> tuple[type[LatencyProbe
         obstacles = probe.obstacles(host, canary)
         if not obstacles:
             return probe, passed_over
-        passed_over.append(f"{candidate_name}: " + "; ".join(f"{o.problem} (fix: {o.fix})" for o in obstacles))
+        passed_over.append(f"{candidate_name}: " + Obstacle.describe(obstacles))
     raise ProbeError("no latency probe can run here: " + " | ".join(passed_over))
 
 

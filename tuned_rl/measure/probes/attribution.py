@@ -26,7 +26,7 @@ import numpy as np
 
 from tuned_rl.host.cpus import parse_cpu_list
 from tuned_rl.measure.probes.base import ProbeError
-from tuned_rl.measure.probes.bpf import COMMON, RAW_BODY, BpfProbe, _raw_tracepoints_usable, fine_bucket_range
+from tuned_rl.measure.probes.bpf import COMMON, FINE_BUCKET_MIDDLES, RAW_BODY, BpfProbe, _raw_tracepoints_usable
 from tuned_rl.measure.probes.btf import BtfError, member_offset
 
 # Holder kinds, as the program numbers them.
@@ -306,8 +306,8 @@ class Attribution:
         for bucket in sorted(self.latencies):
             seen += self.latencies[bucket]
             if seen > wanted or (seen >= wanted and not beyond):
-                lower, width = fine_bucket_range(bucket)
-                return min(lower + width // 2, self.longest_ns) if self.longest_ns else lower + width // 2
+                middle = int(FINE_BUCKET_MIDDLES[bucket])
+                return min(middle, self.longest_ns) if self.longest_ns else middle
         return self.longest_ns
 
     def latency_summary(self) -> dict:

@@ -19,6 +19,11 @@ class Obstacle:
     problem: str
     fix: str
 
+    @staticmethod
+    def describe(obstacles: "list[Obstacle]") -> str:
+        """Every obstacle and its fix, on one line."""
+        return "; ".join(f"{o.problem} (fix: {o.fix})" for o in obstacles)
+
 
 class ProbeError(RuntimeError):
     """The probe failed to start or to read its events."""

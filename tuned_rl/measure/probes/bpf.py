@@ -83,7 +83,9 @@ COMMON = r"""
 struct event { u32 tid; u32 pad; u64 delta_ns; };
 
 BPF_HASH(start, u32, u64, MAX_THREADS);
-BPF_RINGBUF_OUTPUT(events, RING_PAGES);
+#ifndef NO_EVENTS
+BPF_RINGBUF_OUTPUT(events, RING_PAGES);  // not even allocated when waits are summed
+#endif
 BPF_PERCPU_ARRAY(lost, u64, 1);
 
 static __always_inline void count_lost(void) {
@@ -378,11 +380,6 @@ class BpfProbe(LatencyProbe):
         self._events = EventBuffer()
         self._counted = np.zeros(FINE_BUCKETS, dtype=np.int64)  # the histogram as last drained
 
-    @property
-    def delivers_events(self) -> bool:
-        """Each wait crosses to user space through the ring buffer (else it is summed in the kernel)."""
-        return not self.summed
-
     @classmethod
     def obstacles(cls, host: Host, canary: bool) -> list[Obstacle]:
         found = []
@@ -421,7 +418,7 @@ class BpfProbe(LatencyProbe):
         except Exception as err:  # BCC raises bare Exception on compile or load failure
             raise ProbeError(f"BPF program ({self.variant} tracepoints) failed to load: {err}") from err
         self.watch(tids)
-        if self.delivers_events:
+        if not self.summed:
             self._bpf[b"events"].open_ring_buffer(self._on_event)
 
     def _program(self) -> tuple[str, list[str]]:
