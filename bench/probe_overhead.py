@@ -95,14 +95,17 @@ def run_stats(probe: BpfProbe) -> tuple[int, int]:
 
 
 class EmptyPrograms:
-    """Programs on the probe's five raw tracepoints that return at once: the floor of any program there."""
+    """Programs that return at once on the raw tracepoints a probe uses: the floor of any program there."""
 
-    TEXT = "".join(f"RAW_TRACEPOINT_PROBE({tp}) {{ return 0; }}\n" for tp in (
-        "sched_wakeup", "sched_wakeup_new", "sched_switch", "sched_process_fork", "sched_process_exit"))
+    RAW = ("sched_wakeup", "sched_wakeup_new", "sched_switch", "sched_process_fork", "sched_process_exit")
+    SCHED_INFO = ("sched_switch", "sched_process_fork", "sched_process_exit")
+
+    def __init__(self, tracepoints: tuple[str, ...]):
+        self.text = "".join(f"RAW_TRACEPOINT_PROBE({tp}) {{ return 0; }}\n" for tp in tracepoints)
 
     def start(self, tids) -> None:
         from bcc import BPF
-        self._bpf = BPF(text=self.TEXT.encode(), cflags=["-w"])
+        self._bpf = BPF(text=self.text.encode(), cflags=["-w"])
 
     def drain(self) -> None:
         pass
@@ -115,8 +118,12 @@ def timed(arm: str, canary: Canary, job) -> tuple[float, int, int]:
     """The job's seconds, and the probe's program nanoseconds and runs meanwhile."""
     if arm == "none":
         return job(), 0, 0
-    if arm in ("empty", "attributing"):
-        probe = EmptyPrograms() if arm == "empty" else AttributingProbe()
+    if arm == "empty":
+        probe = EmptyPrograms(EmptyPrograms.RAW)
+    elif arm == "empty-switch":
+        probe = EmptyPrograms(EmptyPrograms.SCHED_INFO)
+    elif arm == "attributing":
+        probe = AttributingProbe()
     else:
         variant, _, delivery = arm.partition("-")
         probe = BpfProbe(variant=variant, summed=delivery != "events")
@@ -162,7 +169,7 @@ def run(load: str, rounds: int, arms: list[str]) -> None:
         if waker:
             waker.terminate()
             waker.wait()
-    for arm, floor in (("raw", "empty"), ("attributing", "raw")):
+    for arm, floor in (("sched_info", "empty-switch"), ("raw", "empty"), ("attributing", "raw")):
         if arm in ratios and floor in ratios:
             net = [r - e for r, e in zip(per_run[arm], per_run[floor])]
             net_share = [r - e for r, e in zip(share[arm], share[floor])]
@@ -184,7 +191,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--load", choices=["storm", "20k", "both"], default="both")
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--arms", default="raw,raw-events,classic,empty,attributing",
+    parser.add_argument("--arms", default="sched_info,empty-switch,raw,empty,classic,attributing",
                         help="probes to time against none (attributing: diagnose's program)")
     args = parser.parse_args()
     for load in (["storm", "20k"] if args.load == "both" else [args.load]):

@@ -88,11 +88,13 @@ def test_three_probes_on_one_canary_run_agree_on_p99():
     assert agree(runs[-1])
 
 
-@pytest.mark.parametrize("probe_name", ["bpf", "tracefs"])
+@pytest.mark.parametrize("probe_name", ["bpf", "bpf-raw", "tracefs"])
 def test_threads_the_canary_creates_during_the_window_are_measured(probe_name):
     with Canary(PINNED, Host()) as canary:  # CPU 0: see TracefsProbe on CPU 1 of this VM
         first = canary.tids()
-        probe = BpfProbe(summed=False) if probe_name == "bpf" else TracefsProbe()  # events name their thread
+        probes = {"bpf": lambda: BpfProbe(summed=False), "bpf-raw": lambda: BpfProbe(variant="raw", summed=False),
+                  "tracefs": TracefsProbe}
+        probe = probes[probe_name]()  # events name their thread
         probe.start(first)
         threading.Timer(1.2, canary.add_thread).start()  # during the second window
         try:
@@ -150,11 +152,12 @@ def test_doctor_says_the_bpf_probe_runs_here(state_dir):
 
 
 @pytest.mark.parametrize("summed", [False, True], ids=["events", "summed"])
-@pytest.mark.parametrize("variant", ["raw", "classic"])
-def test_both_programs_see_the_same_canary_and_count_their_missed_runs(variant, summed):
-    # raw: raw tracepoints, the thread id read at the offset this kernel's BTF gives; classic:
-    # tracepoint arguments. A wrong offset would match no thread (or the wrong ones). Summed in the
-    # kernel, the waits are as many, with no thread ids.
+@pytest.mark.parametrize("variant", ["sched_info", "raw", "classic"])
+def test_each_program_sees_the_same_canary_and_counts_its_missed_runs(variant, summed):
+    # sched_info: the scheduler's own counts, read at the offsets this kernel's BTF gives; raw: raw
+    # tracepoints, the thread id read at the BTF's offset; classic: tracepoint arguments. A wrong
+    # offset would match no thread (or the wrong ones). Summed in the kernel, the waits are as many,
+    # with no thread ids.
     with Canary(CanarySpec(period_us=1000, threads=2), Host()) as canary:
         probe = BpfProbe(variant=variant, summed=summed)
         probe.start(canary.tids())
@@ -190,8 +193,40 @@ def test_waits_summed_in_the_kernel_read_as_the_events_do():
         assert np.percentile(summed, q) == pytest.approx(np.percentile(events, q), rel=0.05, abs=2000), q
 
 
-def test_auto_takes_raw_tracepoints_here_and_btf_gives_the_thread_id_offset():
-    from tuned_rl.measure.probes.bpf import _raw_tracepoints_usable
+def test_the_schedulers_wait_counts_read_as_the_wakeup_and_switch_timestamps_do():
+    # sched_info reads each wait from task_struct.sched_info when its thread is switched out; raw
+    # times it from the wakeup to the switch in. Both on one canary run beside two hogs: as many
+    # waits (a wait still running at the end reads in the next drain), the same tail.
+    with Hogs(2, "0"), Canary(PINNED, Host()) as canary:
+        probes = {variant: BpfProbe(variant=variant, summed=False) for variant in ("sched_info", "raw")}
+        for probe in probes.values():
+            probe.start(canary.tids())
+        try:
+            time.sleep(0.3)
+            for probe in probes.values():
+                probe.drain()
+            time.sleep(4)
+            measured = {name: probe.drain() for name, probe in probes.items()}
+            lost = {name: probe.lost for name, probe in probes.items()}
+        finally:
+            for probe in probes.values():
+                probe.stop()
+    summaries = {name: summarize(values).to_dict() for name, (_, values) in measured.items()}
+    print(summaries, lost)
+    (info_tids, info), (raw_tids, raw) = measured["sched_info"], measured["raw"]
+    assert len(raw) > 1500 and abs(len(info) - len(raw)) <= 0.05 * len(raw) and lost["sched_info"] == 0
+    assert set(info_tids.tolist()) == set(raw_tids.tolist())
+    for q in (99, 99.9):
+        assert np.percentile(info, q) == pytest.approx(np.percentile(raw, q), rel=0.1), q
+
+
+def test_auto_takes_the_schedulers_counts_here_and_btf_gives_their_offsets():
+    from tuned_rl.measure.probes.bpf import _raw_tracepoints_usable, _sched_info_usable
     from tuned_rl.measure.probes.btf import member_offset
-    assert _raw_tracepoints_usable()
+    assert _sched_info_usable() and _raw_tracepoints_usable()
     assert 0 < member_offset("task_struct", "pid") < member_offset("task_struct", "tgid")
+    probe = BpfProbe()
+    with Canary(PINNED, Host()) as canary:
+        probe.start(canary.tids())
+        probe.stop()
+    assert probe.variant == "sched_info"

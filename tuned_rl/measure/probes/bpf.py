@@ -73,8 +73,8 @@ def fine_bucket_range(bucket: int) -> tuple[int, int]:
 FINE_BUCKET_MIDDLES = np.array([min(lower + width // 2, 1 << 62)
                                 for lower, width in map(fine_bucket_range, range(FINE_BUCKETS))], dtype=np.int64)
 
-# What both programs share: the event a watched thread's wait becomes, when it starts and ends.
-COMMON = r"""
+# What every program shares: the event a watched thread's wait becomes, and what is lost.
+EVENTS = r"""
 #define SLEEP_STATE_BITS 0xff
 #ifndef ON_WAIT_LENGTH
 #define ON_WAIT_LENGTH(ns)
@@ -82,7 +82,6 @@ COMMON = r"""
 
 struct event { u32 tid; u32 pad; u64 delta_ns; };
 
-BPF_HASH(start, u32, u64, MAX_THREADS);
 #ifndef NO_EVENTS
 BPF_RINGBUF_OUTPUT(events, RING_PAGES);  // not even allocated when waits are summed
 #endif
@@ -94,6 +93,27 @@ static __always_inline void count_lost(void) {
     if (count)
         (*count)++;
 }
+
+// One wait of a watched thread, measured: summed, or handed to user space.
+static __always_inline void wait_measured(u32 tid, u64 delta) {
+    ON_WAIT_LENGTH(delta);
+#ifndef NO_EVENTS
+    struct event *e = events.ringbuf_reserve(sizeof(struct event));
+    if (!e) {
+        count_lost();
+        return;
+    }
+    e->tid = tid;
+    e->pad = 0;
+    e->delta_ns = delta;
+    events.ringbuf_submit(e, 0);
+#endif
+}
+"""
+
+# What the programs that time waits themselves share: when a wait starts and ends.
+COMMON = EVENTS + r"""
+BPF_HASH(start, u32, u64, MAX_THREADS);
 
 // A watched thread became runnable: its wait starts now.
 static __always_inline void wait_starts(u32 tid) {
@@ -109,20 +129,93 @@ static __always_inline void wait_ends(u32 tid) {
         return;
     u64 delta = bpf_ktime_get_ns() - *since;
     start.delete(&tid);
-    ON_WAIT_LENGTH(delta);
-#ifndef NO_EVENTS
-    struct event *e = events.ringbuf_reserve(sizeof(struct event));
-    if (!e) {
+    wait_measured(tid, delta);
+}
+"""
+
+# The bitmap of watched thread ids, and following forks and exits, for the raw programs.
+WATCHED = r"""
+BPF_ARRAY(watched, u64, WORDS);                        // a bit per watched thread id
+
+static __always_inline bool is_watched(u32 tid) {
+    u32 index = tid >> 6;
+    u64 *bits = watched.lookup(&index);
+    return tid && bits && ((*bits >> (tid & 63)) & 1);
+}
+
+static __always_inline void watch_tid(u32 tid) {
+    u32 index = tid >> 6;
+    u64 *bits = watched.lookup(&index);
+    if (!bits) {
         count_lost();
         return;
     }
-    e->tid = tid;
-    e->pad = 0;
-    e->delta_ns = delta;
-    events.ringbuf_submit(e, 0);
-#endif
+    __sync_fetch_and_or(bits, 1ULL << (tid & 63));
+}
+
+static __always_inline void unwatch_tid(u32 tid) {
+    u32 index = tid >> 6;
+    u64 *bits = watched.lookup(&index);
+    if (bits)
+        __sync_fetch_and_and(bits, ~(1ULL << (tid & 63)));
 }
 """
+
+# The sched_info program (the default where BTF has the fields). The scheduler already times
+# every wait of every task, whether or not anyone measures: a task queued to run gets a
+# timestamp, and when it runs the wait is added to task_struct.sched_info.run_delay and
+# sched_info.pcount goes up by one (CONFIG_SCHED_INFO; /proc/PID/schedstat shows both). So one
+# program on sched_switch is enough, and it reads only `current` (the thread switched out): a
+# watched thread's run_delay grew, since its last switch out, by exactly the one wait before it
+# last ran. No program runs on wakeups, where the other programs spend half their runs at a
+# switch storm, and an unwatched switch costs one inlined bitmap test. The offsets come from the
+# running kernel's BTF. A wait reads when its thread is next switched out (a window late at most
+# for a thread that runs for long); a thread's first switch out only sets its baseline.
+SCHED_INFO_BODY = WATCHED + r"""
+struct sched_counts { u64 pcount; u64 run_delay; };  // task_struct.sched_info's first two fields
+BPF_HASH(seen, u32, struct sched_counts, MAX_THREADS);
+
+RAW_TRACEPOINT_PROBE(sched_switch) {
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    if (!is_watched(tid))
+        return 0;
+    struct sched_counts now = {};
+    bpf_probe_read_kernel(&now, sizeof(now), (void *)(bpf_get_current_task() + SCHED_INFO_OFFSET));
+    struct sched_counts *before = seen.lookup(&tid);
+    if (!before) {
+        if (seen.update(&tid, &now))
+            count_lost();
+        return 0;
+    }
+    if (now.pcount == before->pcount + 1)
+        wait_measured(tid, now.run_delay - before->run_delay);
+    else if (now.pcount > before->pcount + 1)
+        count_lost();  // a switch out was missed: the waits since cannot be told apart
+    *before = now;
+    return 0;
+}
+
+// args: struct task_struct *parent, struct task_struct *child. The parent is `current`.
+RAW_TRACEPOINT_PROBE(sched_process_fork) {
+    if (!is_watched((u32)bpf_get_current_pid_tgid()))
+        return 0;
+    u32 child = 0;
+    bpf_probe_read_kernel(&child, sizeof(child), (void *)(ctx->args[1] + PID_OFFSET));
+    watch_tid(child);
+    return 0;
+}
+
+// The exiting task is `current`; its last switch out is then not measured.
+RAW_TRACEPOINT_PROBE(sched_process_exit) {
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    if (!is_watched(tid))
+        return 0;
+    unwatch_tid(tid);
+    seen.delete(&tid);
+    return 0;
+}
+"""
+SCHED_INFO_PROGRAM = EVENTS + SCHED_INFO_BODY
 
 # The raw-tracepoint program (the default). A raw tracepoint hands over its arguments
 # as they are: no trace record is filled in first, as it is for a classic tracepoint, and
@@ -139,7 +232,7 @@ static __always_inline void wait_ends(u32 tid) {
 # since before the probe started is measured from its first switch out.
 #
 # The hooks (ON_...) are empty here; the attributing probe (attribution.py) fills them in.
-RAW_BODY = r"""
+RAW_BODY = WATCHED + r"""
 #ifndef ON_CPU_EVENT
 #define ON_CPU_EVENT()
 #define ON_WAKEUP(tid, task)
@@ -149,14 +242,7 @@ RAW_BODY = r"""
 #endif
 #define POINTER_BITS 20
 
-BPF_ARRAY(watched, u64, WORDS);                        // a bit per watched thread id
 BPF_ARRAY(pointers, u64, 1 << (POINTER_BITS - 6));     // a bit per hash of a watched task pointer
-
-static __always_inline bool is_watched(u32 tid) {
-    u32 index = tid >> 6;
-    u64 *bits = watched.lookup(&index);
-    return tid && bits && ((*bits >> (tid & 63)) & 1);
-}
 
 static __always_inline u32 pointer_slot(u64 task) {
     return (u32)((task * 0x9E3779B97F4A7C15ULL) >> (64 - POINTER_BITS));
@@ -231,13 +317,7 @@ RAW_TRACEPOINT_PROBE(sched_process_fork) {
         return 0;
     u32 child = 0;
     bpf_probe_read_kernel(&child, sizeof(child), (void *)(ctx->args[1] + PID_OFFSET));
-    u32 index = child >> 6;
-    u64 *bits = watched.lookup(&index);
-    if (!bits) {
-        count_lost();
-        return 0;
-    }
-    __sync_fetch_and_or(bits, 1ULL << (child & 63));
+    watch_tid(child);
     remember(ctx->args[1]);
     return 0;
 }
@@ -247,10 +327,7 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
     u32 tid = (u32)bpf_get_current_pid_tgid();
     if (!is_watched(tid))
         return 0;
-    u32 index = tid >> 6;
-    u64 *bits = watched.lookup(&index);
-    if (bits)
-        __sync_fetch_and_and(bits, ~(1ULL << (tid & 63)));
+    unwatch_tid(tid);
     start.delete(&tid);
     return 0;
 }
@@ -364,10 +441,11 @@ class BpfProbe(LatencyProbe):
     through a BPF ring buffer (with its thread id: for tests and benches); lost events counted in
     the kernel.
 
-    ``variant`` says which program runs: "raw" (raw tracepoints, offsets from BTF) where
-    the kernel allows, else "classic". ``lost`` counts events the ring buffer or a map
-    had no room for, and every run of a program the kernel skipped (its recursion
-    misses, from bpf_prog_info).
+    ``variant`` says which program runs: "sched_info" (the scheduler's own wait counts, read
+    on sched_switch only) where the kernel's BTF has them, else "raw" (raw tracepoints on
+    wakeups and switches, offsets from BTF), else "classic". ``lost`` counts events the ring
+    buffer or a map had no room for, waits that could not be told apart, and every run of a
+    program the kernel skipped (its recursion misses, from bpf_prog_info).
     """
 
     name = "bpf"
@@ -406,10 +484,13 @@ class BpfProbe(LatencyProbe):
         from bcc import BPF  # imported here: the other probes must work without BCC
 
         if self.variant == "auto":
-            self.variant = "raw" if _raw_tracepoints_usable() else "classic"
+            self.variant = ("sched_info" if _sched_info_usable() else
+                            "raw" if _raw_tracepoints_usable() else "classic")
         cflags = [f"-DMAX_THREADS={self.max_threads}", f"-DRING_PAGES={self.ring_pages}", "-w"]
-        if self.variant == "raw":
+        if self.variant in ("raw", "sched_info"):
             cflags += [f"-DPID_OFFSET={member_offset('task_struct', 'pid')}", f"-DWORDS={_bitmap_words()}"]
+        if self.variant == "sched_info":
+            cflags += [f"-DSCHED_INFO_OFFSET={member_offset('task_struct', 'sched_info')}"]
         try:
             program, extra_cflags = self._program()
             if self.summed:
@@ -423,12 +504,13 @@ class BpfProbe(LatencyProbe):
 
     def _program(self) -> tuple[str, list[str]]:
         """The program's text for this variant, and the compiler flags it adds."""
-        return (RAW_PROGRAM if self.variant == "raw" else CLASSIC_PROGRAM), []
+        programs = {"sched_info": SCHED_INFO_PROGRAM, "raw": RAW_PROGRAM, "classic": CLASSIC_PROGRAM}
+        return programs[self.variant], []
 
     def watch(self, tids: Iterable[int]) -> None:
         new = set(tids) - self._watched
         self._watched |= new
-        if self.variant == "raw":
+        if self.variant in ("raw", "sched_info"):
             self._watch_bitmap(new)
             return
         targets, maybe = self._bpf[b"targets"], self._bpf[b"maybe"]
@@ -492,6 +574,18 @@ def _raw_tracepoints_usable() -> bool:
     except BtfError:
         return False
     return True
+
+
+def _sched_info_usable() -> bool:
+    """The scheduler's own wait counts are readable: task_struct.sched_info (CONFIG_SCHED_INFO)
+    starts with pcount and run_delay, as it has since Linux 2.6, and the thread id offset is known."""
+    try:
+        sched_info = member_offset("task_struct", "sched_info")
+        layout = (member_offset("sched_info", "pcount"), member_offset("sched_info", "run_delay"))
+        member_offset("task_struct", "pid")
+    except BtfError:
+        return False
+    return sched_info > 0 and layout == (0, 8)
 
 
 def _bitmap_words() -> int:
