@@ -1,28 +1,31 @@
 """What does the BPF probe cost the rest of the machine? Its programs' own CPU time, counted by the
 kernel, and a fixed job timed without the probe and with each of its programs, under two loads.
 
-    .venv/bin/python bench/probe_overhead.py [--load storm|20k|both] [--rounds 40] [--arms raw,classic,raw-events,classic-events,empty,attributing]
+    .venv/bin/python bench/probe_overhead.py [--load storm|20k|both] [--rounds 20]
+        [--arms sched_info,empty-switch,raw,empty,classic,raw-events,classic-events,sched_info-events,attributing]
 
-- storm: hackbench (rt-tests, -p -g 1 -l 10000), about 200,000 context switches a second,
-  every one of which passes through the probe's sched_switch handler; the job is hackbench.
+- storm: hackbench (rt-tests, -p -g 1 -l 10000), 100,000-200,000 context switches a second
+  on this VM, every one of which passes through the probe's sched_switch handler; the job is
+  hackbench.
 - 20k: cyclictest wakes two threads every 200 us (about 20,000 context switches a second,
   a busy inference node's rate) while the job, one CPU-bound loop per CPU, runs; the job's
   wall time is what the switches take from the machine.
 
-A canary runs throughout (every arm carries the same load); "raw" and "classic" attach the
-probe's two programs to it (tuned_rl/measure/probes/bpf.py) as tuned-rl runs them, each wait
-summed in a histogram in the kernel; "raw-events" and "classic-events" hand each wait to user
+A canary runs throughout (every arm carries the same load); "sched_info" (the default), "raw"
+and "classic" attach the probe's programs to it (tuned_rl/measure/probes/bpf.py) as tuned-rl
+runs them, each wait summed in a histogram in the kernel; "-events" arms hand each wait to user
 space through the ring buffer instead (as tuned-rl did before), "attributing" diagnose's program
 (the raw one, its waits summed in the kernel, plus attribution on every switch and on the four
-interrupt and softirq tracepoints: tuned_rl/measure/probes/attribution.py), and "empty" attaches
-programs that return at once to the same five raw tracepoints, to calibrate. Each round times the arms in
+interrupt and softirq tracepoints: tuned_rl/measure/probes/attribution.py). "empty" attaches
+programs that return at once to the raw program's five raw tracepoints, "empty-switch" to the
+sched_info program's three, to calibrate. Each round times the arms in
 rotated order. Printed per arm, as medians with quartiles over the rounds:
 
 - its cost as the kernel counts it (bpf_prog_info run_time_ns and run_cnt, with run-time
   statistics enabled through BPF_ENABLE_STATS while the bench runs): nanoseconds per run, and
   the share of the machine's CPU time the programs took during the job. No other process's noise
   enters it, but the statistics' own clock reads do: "empty" shows how much (tens of ns a run on
-  this VM, where the clock is slow), so raw minus empty is the raw program's own work. It leaves
+  this VM), so a program less its empty arm is the program's own work. It leaves
   out the tracepoint's dispatch, which for a classic tracepoint includes filling a trace record;
 - the job's time with the probe over its time without, in the same round: what a user would
   notice, and on this shared VM noisy (the same job varies by 10-40% from run to run).
@@ -190,7 +193,7 @@ def _spread(values: list[float], form: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--load", choices=["storm", "20k", "both"], default="both")
-    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--arms", default="sched_info,empty-switch,raw,empty,classic,attributing",
                         help="probes to time against none (attributing: diagnose's program)")
     args = parser.parse_args()

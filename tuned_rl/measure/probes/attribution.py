@@ -1,7 +1,7 @@
 """The attributing probe: the eBPF probe's run-queue latency, plus, for every microsecond a watched
 thread waited, what held its CPU meanwhile, summed in the kernel per (CPU, holder).
 
-The same raw-tracepoint program as BpfProbe's, with its hooks filled in. Each CPU keeps a few
+BpfProbe's raw-tracepoint program (variant "raw", which sees wakeups), with its hooks filled in. Each CPU keeps a few
 slots for watched threads queued on it (a wake-up opens one on the CPU the thread was queued on;
 a preemption on the CPU it was preempted on). Whenever that CPU switches tasks or enters or
 leaves an interrupt handler or a softirq, the time since its last such event is added, for

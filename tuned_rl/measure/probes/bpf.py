@@ -133,7 +133,7 @@ static __always_inline void wait_ends(u32 tid) {
 }
 """
 
-# The bitmap of watched thread ids, and following forks and exits, for the raw programs.
+# The bitmap of watched thread ids, and following forks and exits, for the BTF programs.
 WATCHED = r"""
 BPF_ARRAY(watched, u64, WORDS);                        // a bit per watched thread id
 
@@ -217,7 +217,8 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
 """
 SCHED_INFO_PROGRAM = EVENTS + SCHED_INFO_BODY
 
-# The raw-tracepoint program (the default). A raw tracepoint hands over its arguments
+# The raw-tracepoint program (diagnose's, whose attribution needs the wakeups, and the
+# fallback where the BTF lacks sched_info). A raw tracepoint hands over its arguments
 # as they are: no trace record is filled in first, as it is for a classic tracepoint, and
 # the program has a recursion guard of its own (a classic tracepoint program shares the
 # per-CPU guard of all tracing programs, and is skipped, uncounted, while another runs).
