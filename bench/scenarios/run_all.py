@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import diagnosis  # noqa: E402
 import drifting_target  # noqa: E402
 import fifo_removal  # noqa: E402
+import harmful_cpuset  # noqa: E402
 import harmful_step  # noqa: E402
 import harmless_step  # noqa: E402
 import noisy_neighbour  # noqa: E402
@@ -22,7 +23,8 @@ from lab import HEADER  # noqa: E402
 
 def main() -> None:
     print(HEADER, flush=True)
-    runs = [(rt_throttling.run, None), (harmful_step.run, None), (harmless_step.run, None),
+    runs = [(rt_throttling.run, None), (harmful_step.run, None), (harmful_cpuset.run, harmful_cpuset.row),
+            (harmless_step.run, None),
             (drifting_target.run, None), (lambda state: drifting_target.run(state, "ramp"), None),
             (lambda state: fifo_removal.run(state, "helps"), None), (lambda state: fifo_removal.run(state, "hurts"), None)]
     runs += [(lambda state, v=v: noisy_neighbour.run(state, v), noisy_neighbour.row)

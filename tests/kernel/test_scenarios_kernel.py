@@ -1,4 +1,4 @@
-"""The scenario lab as kernel tests: RT throttling kept, a harmful budget cut reverted, a harmless sysctl kept."""
+"""The scenario lab as kernel tests: RT throttling kept, a harmful budget cut and a harmful cpuset move reverted, a harmless sysctl kept."""
 
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from tuned_rl.measure.probes import BpfProbe
 
 sys.path.insert(0, str(Path(__file__).parent.parent.parent / "bench" / "scenarios"))
 import drifting_target  # noqa: E402
+import harmful_cpuset  # noqa: E402
 import harmful_step  # noqa: E402
 import harmless_step  # noqa: E402
 import rt_throttling  # noqa: E402
@@ -42,6 +43,17 @@ def test_a_harmful_step_is_reverted_and_its_value_is_back(tmp_path):
     assert step["verdict"]["p_value"] < 0.01 and result.after_p999_us > 1.2 * result.before_p999_us
     assert result.value_after_apply == "950000"  # back when apply returned, before any rollback
     assert result.seconds < 120 and result.host_restored
+
+
+def test_isolating_a_workload_onto_too_few_cpus_is_reverted_and_every_task_is_back(tmp_path):
+    # The workload's learner and its clients squeezed onto one CPU: a cpuset move that hurts.
+    result = harmful_cpuset.run(tmp_path)
+    step = result.report["steps"][-1]
+    print(harmful_cpuset.row(result))
+    assert step["plugin"] == "cpu_isolation" and step["outcome"] == "reverted", step["reason"]
+    assert result.after_p999_us > 1.5 * result.before_p999_us
+    assert result.host_restored, result.differences  # placement as found once apply returned, and after rollback
+    assert result.seconds < 120
 
 
 def test_a_harmless_step_is_kept(tmp_path):
