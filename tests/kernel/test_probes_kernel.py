@@ -54,24 +54,32 @@ def test_hogs_on_the_canarys_cpu_raise_its_p999_at_least_3x():
     assert p999["loaded"] >= 3 * p999["quiet"]
 
 
-def three_probes_p99(seconds: float = 6) -> dict[str, float]:
-    """p99 of one canary run (two hogs beside it) as each of the three probes saw it."""
-    host = Host()
-    with Hogs(2, "0"), Canary(PINNED, host, report_schedstat=True) as canary:
-        probes = [BpfProbe(), TracefsProbe(host), SchedstatProbe(canary.process.stdout)]
-        for probe in probes:
+def on_one_canary_run(make_probes, seconds: float = 4, settle: float = 0.2, report_schedstat: bool = False):
+    """Probes made by ``make_probes(canary)``, all on one canary run beside two hogs on its CPU:
+    what each drained after the first ``settle`` seconds ({name: (tids, values)}), and each one's lost count."""
+    with Hogs(2, "0"), Canary(PINNED, Host(), report_schedstat=report_schedstat) as canary:
+        probes = make_probes(canary)
+        for probe in probes.values():
             probe.start(canary.tids())
         try:
-            time.sleep(0.2)
-            for probe in probes:
+            time.sleep(settle)
+            for probe in probes.values():
                 probe.drain()
             time.sleep(seconds)
-            drained = {probe.name: probe.drain()[1] for probe in probes}
+            measured = {name: probe.drain() for name, probe in probes.items()}
+            lost = {name: probe.lost for name, probe in probes.items()}
         finally:
-            for probe in probes:
+            for probe in probes.values():
                 probe.stop()
-    print({name: len(values) for name, values in drained.items()})
-    return {name: summarize(values).p99_us for name, values in drained.items()}
+    return measured, lost
+
+
+def three_probes_p99(seconds: float = 6) -> dict[str, float]:
+    """p99 of one canary run (two hogs beside it) as each of the three probes saw it."""
+    drained, _ = on_one_canary_run(lambda canary: {probe.name: probe for probe in (
+        BpfProbe(), TracefsProbe(Host()), SchedstatProbe(canary.process.stdout))}, seconds, report_schedstat=True)
+    print({name: len(values) for name, (_, values) in drained.items()})
+    return {name: summarize(values).p99_us for name, (_, values) in drained.items()}
 
 
 def agree(p99: dict[str, float]) -> bool:
@@ -173,19 +181,8 @@ def test_each_program_sees_the_same_canary_and_counts_its_missed_runs(variant, s
 
 def test_waits_summed_in_the_kernel_read_as_the_events_do():
     # Both ways on one canary run beside two hogs: the histogram's buckets are 4.4% wide.
-    with Hogs(2, "0"), Canary(PINNED, Host()) as canary:
-        probes = {"events": BpfProbe(summed=False), "summed": BpfProbe(summed=True)}
-        for probe in probes.values():
-            probe.start(canary.tids())
-        try:
-            time.sleep(0.2)
-            for probe in probes.values():
-                probe.drain()
-            time.sleep(4)
-            measured = {name: probe.drain()[1] for name, probe in probes.items()}
-        finally:
-            for probe in probes.values():
-                probe.stop()
+    drained, _ = on_one_canary_run(lambda canary: {"events": BpfProbe(summed=False), "summed": BpfProbe(summed=True)})
+    measured = {name: values for name, (_, values) in drained.items()}
     events, summed = measured["events"], measured["summed"]
     print({name: summarize(values).to_dict() for name, values in measured.items()})
     assert len(events) > 1500 and abs(len(summed) - len(events)) <= 0.02 * len(events)
@@ -197,20 +194,9 @@ def test_the_schedulers_wait_counts_read_as_the_wakeup_and_switch_timestamps_do(
     # sched_info reads each wait from task_struct.sched_info when its thread is switched out; raw
     # times it from the wakeup to the switch in. Both on one canary run beside two hogs: as many
     # waits (a wait still running at the end reads in the next drain), the same tail.
-    with Hogs(2, "0"), Canary(PINNED, Host()) as canary:
-        probes = {variant: BpfProbe(variant=variant, summed=False) for variant in ("sched_info", "raw")}
-        for probe in probes.values():
-            probe.start(canary.tids())
-        try:
-            time.sleep(0.3)
-            for probe in probes.values():
-                probe.drain()
-            time.sleep(4)
-            measured = {name: probe.drain() for name, probe in probes.items()}
-            lost = {name: probe.lost for name, probe in probes.items()}
-        finally:
-            for probe in probes.values():
-                probe.stop()
+    measured, lost = on_one_canary_run(
+        lambda canary: {variant: BpfProbe(variant=variant, summed=False) for variant in ("sched_info", "raw")},
+        settle=0.3)
     summaries = {name: summarize(values).to_dict() for name, (_, values) in measured.items()}
     print(summaries, lost)
     (info_tids, info), (raw_tids, raw) = measured["sched_info"], measured["raw"]

@@ -175,23 +175,22 @@ def look(windows: list[Window], blocks: int, settings: SwitchbackSettings = Swit
     result = lambda outcome, reason: Look(outcome, broad.effect, upper, p_value, trend, broad.drift,  # noqa: E731
                                           reason)
     figures = f"{_percent(broad.effect)} on the tail, drift allowed for ({trend} trend)"
-    if blocks <= 1:
-        # One block of each arm: no trend can be told from an effect yet, and noise that lasts the
-        # block is in every window of it. Only a large improvement is clear this early.
-        if extreme_upper < -settings.first_look_improvement and broad.effect <= 0:
-            return result(NO_REGRESSION, f"{_percent(extreme.effect)} on the extreme tail, {figures}: a large "
-                                         "improvement, clear after one block")
-        return result(None, figures)
     # The arms alternate in time, so their pooled metric is compared at like moments: a regression
     # must show there too, beyond the tolerance, not only in a statistic.
     pooled = _pooled_ratio(windows, q)
+    # A large improvement in the extreme tail decides at any look. At the first, one block of each
+    # arm, no trend can be told from an effect yet and noise that lasts the block is in every window
+    # of it, so the broad tail must be no worse; later, within the tolerance with the pooled metric
+    # no worse: where a step removes rare long waits (an RT budget raised: a few waits a second of
+    # 377 ms), the broad tail may wander from block to block and bound nothing for many blocks.
+    if extreme_upper < -settings.first_look_improvement and (
+            broad.effect <= 0 if blocks <= 1 else broad.effect < tolerance and pooled <= 1):
+        return result(NO_REGRESSION, f"{_percent(extreme.effect)} on the extreme tail, {figures}"
+                                     + (": a large improvement, clear after one block" if blocks <= 1 else
+                                        f", {settings.metric} x{pooled:.2g}: a large improvement"))
+    if blocks <= 1:
+        return result(None, figures)  # only a large improvement is clear this early
     alpha = settings.final_p if final else settings.early_p
-    if extreme_upper < -settings.first_look_improvement and broad.effect < tolerance and pooled <= 1:
-        # The first look's rule, at every look after it: where the rare long waits are what the step
-        # removes (an RT budget raised: a few waits a second of 377 ms), the broad tail may wander
-        # from block to block and bound nothing for many blocks; the extreme tail decides at once.
-        return result(NO_REGRESSION, f"{_percent(extreme.effect)} on the extreme tail, {figures}, "
-                                     f"{settings.metric} x{pooled:.2g}: a large improvement")
     if pooled > 1 + settings.tolerance:
         if p_value <= alpha and broad.effect > tolerance:
             return result(REGRESSION, f"{figures}, {settings.metric} x{pooled:.2f}: worse beyond the "

@@ -133,7 +133,7 @@ static __always_inline void wait_ends(u32 tid) {
 }
 """
 
-# The bitmap of watched thread ids, and following forks and exits, for the BTF programs.
+# The bitmap of watched thread ids, for the BTF programs.
 WATCHED = r"""
 BPF_ARRAY(watched, u64, WORDS);                        // a bit per watched thread id
 
@@ -158,6 +158,31 @@ static __always_inline void unwatch_tid(u32 tid) {
     u64 *bits = watched.lookup(&index);
     if (bits)
         __sync_fetch_and_and(bits, ~(1ULL << (tid & 63)));
+}
+"""
+
+# Following forks and exits, for the BTF programs: a watched thread's new thread or child is
+# watched too. Each program defines forked(task) and exited(tid) for what it keeps per thread.
+FORKS_AND_EXITS = r"""
+// args: struct task_struct *parent, struct task_struct *child. The parent is `current`.
+RAW_TRACEPOINT_PROBE(sched_process_fork) {
+    if (!is_watched((u32)bpf_get_current_pid_tgid()))
+        return 0;
+    u32 child = 0;
+    bpf_probe_read_kernel(&child, sizeof(child), (void *)(ctx->args[1] + PID_OFFSET));
+    watch_tid(child);
+    forked(ctx->args[1]);
+    return 0;
+}
+
+// The exiting task is `current`.
+RAW_TRACEPOINT_PROBE(sched_process_exit) {
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    if (!is_watched(tid))
+        return 0;
+    unwatch_tid(tid);
+    exited(tid);
+    return 0;
 }
 """
 
@@ -195,26 +220,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     return 0;
 }
 
-// args: struct task_struct *parent, struct task_struct *child. The parent is `current`.
-RAW_TRACEPOINT_PROBE(sched_process_fork) {
-    if (!is_watched((u32)bpf_get_current_pid_tgid()))
-        return 0;
-    u32 child = 0;
-    bpf_probe_read_kernel(&child, sizeof(child), (void *)(ctx->args[1] + PID_OFFSET));
-    watch_tid(child);
-    return 0;
-}
-
-// The exiting task is `current`; its last switch out is then not measured.
-RAW_TRACEPOINT_PROBE(sched_process_exit) {
-    u32 tid = (u32)bpf_get_current_pid_tgid();
-    if (!is_watched(tid))
-        return 0;
-    unwatch_tid(tid);
-    seen.delete(&tid);
-    return 0;
-}
-"""
+// What this program keeps per thread, as threads are created and exit.
+static __always_inline void forked(u64 task) {}
+// The exiting thread's last switch out is then not measured.
+static __always_inline void exited(u32 tid) { seen.delete(&tid); }
+""" + FORKS_AND_EXITS
 SCHED_INFO_PROGRAM = EVENTS + SCHED_INFO_BODY
 
 # The raw-tracepoint program (diagnose's, whose attribution needs the wakeups, and the
@@ -312,27 +322,10 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     return 0;
 }
 
-// args: struct task_struct *parent, struct task_struct *child. The parent is `current`.
-RAW_TRACEPOINT_PROBE(sched_process_fork) {
-    if (!is_watched((u32)bpf_get_current_pid_tgid()))
-        return 0;
-    u32 child = 0;
-    bpf_probe_read_kernel(&child, sizeof(child), (void *)(ctx->args[1] + PID_OFFSET));
-    watch_tid(child);
-    remember(ctx->args[1]);
-    return 0;
-}
-
-// The exiting task is `current`.
-RAW_TRACEPOINT_PROBE(sched_process_exit) {
-    u32 tid = (u32)bpf_get_current_pid_tgid();
-    if (!is_watched(tid))
-        return 0;
-    unwatch_tid(tid);
-    start.delete(&tid);
-    return 0;
-}
-"""
+// What this program keeps per thread, as threads are created and exit.
+static __always_inline void forked(u64 task) { remember(task); }
+static __always_inline void exited(u32 tid) { start.delete(&tid); }
+""" + FORKS_AND_EXITS
 RAW_PROGRAM = COMMON + RAW_BODY
 
 # The classic-tracepoint program, for kernels without BTF or older than 5.18 (whose
