@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -62,13 +63,51 @@ def drift(kind: str, t: float) -> float:
     return 0.0
 
 
+@dataclass(frozen=True)
+class Effect:
+    """What a step does to the windows it covers.
+
+    - ``scale``: every wait times this (2.0: a broad 2x regression);
+    - ``lengthened``: (share, factor): that share of waits, picked at random, times factor;
+    - ``spins``: (ms, every_s): a SCHED_FIFO helper on the target's CPU spins ms every every_s
+      seconds, and each of the default canary's four threads waits out one spin: four waits of
+      85-100% of the spin per spin (the lab's rare-stall scenario);
+    - ``stalls``: that share of waits lasts 300 ms (an RT budget cut).
+    """
+
+    scale: float = 1.0
+    lengthened: tuple[float, float] | None = None
+    spins: tuple[float, float] | None = None
+    stalls: float = 0.0
+
+    def apply(self, rng, values: np.ndarray, start: float, seconds: float) -> np.ndarray:
+        values = (values * self.scale).astype(np.int64) if self.scale != 1 else values.copy()
+        if self.lengthened:
+            share, factor = self.lengthened
+            chosen = rng.random(len(values)) < share
+            values[chosen] = values[chosen] * factor
+        if self.spins and len(values):
+            ms, every = self.spins
+            spins = int(np.floor((start + seconds) / every) - np.floor(start / every))  # spin times in the window
+            waits = 4 * spins
+            if waits:
+                chosen = rng.choice(len(values), min(waits, len(values)), replace=False)
+                values[chosen] = rng.uniform(0.85 * ms * 1e6, ms * 1e6, len(chosen)).astype(np.int64)
+        if self.stalls:
+            values[rng.random(len(values)) < self.stalls] = 300_000_000
+        return values
+
+
+NO_EFFECT = Effect()
+
+
 class SyntheticSource:
     """Windows of a target at a clock: bursts, drift, and the step's effect when it is in place."""
 
-    def __init__(self, rng, rate: int, drift_kind: str, effect: float, window_seconds: float = 1.0,
+    def __init__(self, rng, rate: int, drift_kind: str, effect: "Effect | float", window_seconds: float = 1.0,
                  stalls: float = 0.0):
-        self.rng, self.rate, self.drift_kind, self.effect = rng, rate, drift_kind, effect
-        self.stalls = stalls  # with the step, this share of events waits 300 ms (an RT budget cut)
+        self.rng, self.rate, self.drift_kind = rng, rate, drift_kind
+        self.effect = effect if isinstance(effect, Effect) else Effect(scale=effect, stalls=stalls)
         self.window_seconds, self.clock = window_seconds, 0.0
         self._jitters: dict[int, float] = {}
 
@@ -76,11 +115,11 @@ class SyntheticSource:
         # Bursts last a second whatever the window: shorter windows see the same burst twice.
         second = int(self.clock)
         jitter = self._jitters.setdefault(second, _jitter(self.rng))
-        scale = np.exp(drift(self.drift_kind, self.clock)) * jitter * (self.effect if with_step else 1)
+        scale = np.exp(drift(self.drift_kind, self.clock)) * jitter
         events = int(self.rate * self.window_seconds)
         values = heavy_tail(self.rng, events, scale)
-        if with_step and self.stalls:
-            values[self.rng.random(events) < self.stalls] = 300_000_000
+        if with_step:
+            values = self.effect.apply(self.rng, values, self.clock, self.window_seconds)
         window = Window(values, with_step, self.clock + self.window_seconds / 2)
         self.clock += self.window_seconds
         return window
@@ -91,16 +130,20 @@ class SyntheticSource:
 
 class RecordedSource:
     """Recorded windows replayed in time order (``merge`` of them to a window); the step's effect
-    scales the windows it covers."""
+    acts on the windows it covers."""
 
-    def __init__(self, recorded: list[np.ndarray], start: int, effect: float, seconds: float = 1.0, merge: int = 1):
-        self.recorded, self.index, self.effect, self.merge = recorded, start, effect, merge
+    def __init__(self, recorded: list[np.ndarray], start: int, effect: "Effect | float", seconds: float = 1.0,
+                 merge: int = 1, rng=None):
+        self.recorded, self.index, self.merge = recorded, start, merge
+        self.effect = effect if isinstance(effect, Effect) else Effect(scale=effect)
+        self.rng = rng if rng is not None else np.random.default_rng(start)
         self.window_seconds, self.clock = seconds * merge, 0.0
 
     def window(self, with_step: bool) -> Window:
         values = np.concatenate([self.recorded[(self.index + i) % len(self.recorded)] for i in range(self.merge)])
-        window = Window(values * self.effect if with_step else values, with_step,
-                        self.clock + self.window_seconds / 2)
+        if with_step:
+            values = self.effect.apply(self.rng, values, self.clock, self.window_seconds)
+        window = Window(values, with_step, self.clock + self.window_seconds / 2)
         self.index += self.merge
         self.clock += self.window_seconds
         return window
@@ -185,7 +228,7 @@ def main() -> None:
     parser.add_argument("--window-seconds", type=float, default=DEFAULT_VERIFY.window_seconds)
     parser.add_argument("--block-windows", type=int, default=DEFAULT_VERIFY.block_windows, help="(explore)")
     parser.add_argument("--max-blocks", type=int, default=DEFAULT_VERIFY.max_blocks, help="(explore)")
-    parser.add_argument("--early-p", type=float, default=SwitchbackSettings.early_p, help="(explore)")
+    parser.add_argument("--confidence", type=float, default=DEFAULT_VERIFY.confidence, help="(explore)")
     parser.add_argument("--design", nargs="+", default=["switchback", "fixed"], choices=["switchback", "fixed"])
     parser.add_argument("--recorded", nargs="*", default=["bench/data/canary8k_quiet.npz",
                                                            "bench/data/canary8k_jobs.npz"],
@@ -193,7 +236,7 @@ def main() -> None:
     args = parser.parse_args()
     global VERIFY, SWITCHBACK
     VERIFY = dataclasses.replace(DEFAULT_VERIFY, block_windows=args.block_windows, max_blocks=args.max_blocks)
-    SWITCHBACK = dataclasses.replace(VERIFY.switchback_settings(), early_p=args.early_p)
+    SWITCHBACK = dataclasses.replace(VERIFY.switchback_settings(), confidence=args.confidence)
     cases = [("A/A bursty", "none", 1.0, 1, 0), ("A/A bursty, linear drift", "linear", 1.0, 1, 0),
              ("A/A bursty, exponential drift", "exp", 1.0, 1, 0), ("2x regression, bursty", "none", 2.0, 1, 0),
              ("1.5x regression, bursty", "none", 1.5, 1, 0), ("100x improvement, bursty", "none", 0.01, 1, 0),

@@ -16,11 +16,14 @@ def test_canary_wakes_at_its_rate_and_reports_schedstat_per_wake():
     with Canary(CanarySpec(period_us=2000, threads=2), Host(), report_schedstat=True) as canary:
         probe = SchedstatProbe(canary.process.stdout)
         probe.start(canary.tids())
+        began = time.monotonic_ns()
         time.sleep(1.0)
-        tids, latencies = probe.drain()
+        waits = probe.drain()
         assert len(canary.tids()) == 3  # the main thread waits; two threads wake
+    tids, latencies = waits.tids, waits.latencies
     assert 2 * 300 < len(latencies) <= 2 * 520  # two threads at 500 Hz, for about a second
     assert len(set(tids.tolist())) == 2 and (latencies >= 0).all()
+    assert (waits.starts >= began - 10_000_000).all() and (waits.starts <= time.monotonic_ns()).all()
     assert canary.process.returncode == 0
 
 

@@ -10,10 +10,12 @@ from tuned_rl.measure.probes.schedstat import SchedstatProbe
 from tuned_rl.measure.probes.tracefs import TracefsProbe, _parse
 
 
-def feed(probe, lines):
-    tids, latencies = [], []
+def feed(probe, lines, starts=None):
+    tids, latencies, began = [], [], []
     for line in lines:
-        probe._handle(_parse(line.encode()), tids, latencies)
+        probe._handle(_parse(line.encode()), tids, latencies, began)
+    if starts is not None:
+        starts += began
     return tids, latencies
 
 
@@ -29,9 +31,11 @@ def wakeup(ts, pid, event="sched_wakeup"):
 def test_wakeup_to_switch_is_one_event_and_others_are_ignored():
     probe = TracefsProbe()
     probe._watched = {42}
+    starts = []
     tids, latencies = feed(probe, [wakeup("100.000010", 42), wakeup("100.000011", 7),
-                                   switch("100.000050", 0, "R", 7), switch("100.000110", 0, "R", 42)])
+                                   switch("100.000050", 0, "R", 7), switch("100.000110", 0, "R", 42)], starts)
     assert tids == [42] and latencies == [100_000]
+    assert starts == [100_000_010_000]  # began at the wakeup, in ns of the instance's "mono" clock
 
 
 def test_a_preempted_thread_is_timed_until_it_runs_again():
@@ -55,12 +59,13 @@ def test_schedstat_probe_reads_whole_records_and_keeps_a_partial_one():
     read_end, write_end = os.pipe()
     with os.fdopen(read_end, "rb") as reader:
         probe = SchedstatProbe(reader)
-        data = RECORD.pack(5, 1000) + RECORD.pack(6, 2000)
-        os.write(write_end, data + RECORD.pack(7, 3000)[:5])
-        tids, latencies = probe.drain()
-        assert tids.tolist() == [5, 6] and latencies.tolist() == [1000, 2000]
-        os.write(write_end, RECORD.pack(7, 3000)[5:])
-        assert probe.drain()[1].tolist() == [3000]
+        data = RECORD.pack(5, 1000, 10_000) + RECORD.pack(6, 2000, 20_000)
+        os.write(write_end, data + RECORD.pack(7, 3000, 30_000)[:5])
+        waits = probe.drain()
+        assert waits.tids.tolist() == [5, 6] and waits.latencies.tolist() == [1000, 2000]
+        assert waits.starts.tolist() == [9_000, 18_000]  # woke at 10 and 20 µs, after waiting 1 and 2
+        os.write(write_end, RECORD.pack(7, 3000, 30_000)[5:])
+        assert probe.drain().latencies.tolist() == [3000]
         os.close(write_end)
         assert probe.lost == 0
 
@@ -71,8 +76,8 @@ def test_events_are_paired_in_timestamp_order_whatever_order_they_are_read_in(mo
     lines = [switch("100.000110", 0, "R", 42), wakeup("100.000010", 42)]  # the switch was committed first
     probe._read_lines = lambda: [line.encode() for line in lines]
     monkeypatch.setattr("tuned_rl.measure.probes.tracefs.time.monotonic", lambda: 200.0)
-    tids, latencies = probe.drain()
-    assert latencies.tolist() == [100_000]
+    waits = probe.drain()
+    assert waits.latencies.tolist() == [100_000] and waits.starts.tolist() == [100_000_010_000]
 
 
 def test_events_newer_than_the_reorder_horizon_wait_for_the_next_drain(monkeypatch):
@@ -81,10 +86,10 @@ def test_events_newer_than_the_reorder_horizon_wait_for_the_next_drain(monkeypat
     lines = [wakeup("100.000010", 42), switch("100.000110", 0, "R", 42)]
     probe._read_lines = lambda: [line.encode() for line in lines]
     monkeypatch.setattr("tuned_rl.measure.probes.tracefs.time.monotonic", lambda: 100.01)
-    assert probe.drain()[1].tolist() == []
+    assert probe.drain().latencies.tolist() == []
     lines.clear()
     monkeypatch.setattr("tuned_rl.measure.probes.tracefs.time.monotonic", lambda: 100.1)
-    assert probe.drain()[1].tolist() == [100_000]
+    assert probe.drain().latencies.tolist() == [100_000]
 
 
 def test_a_wakeup_whose_switch_never_arrives_is_counted_lost():
@@ -101,11 +106,11 @@ def test_bpf_events_are_copied_raw_and_decoded_when_taken_past_the_buffer_capaci
     from tuned_rl.measure.probes.bpf import EventBuffer, _Event
 
     buffer = EventBuffer(capacity=4)
-    sent = [(100 + i, 1000 * i + 7) for i in range(10)]  # 10 events: two full buffers and a part
-    for tid, delta in sent:
-        event = _Event(tid=tid, pad=0, delta_ns=delta)
+    sent = [(100 + i, 1000 * i + 7, 5_000_000 + i) for i in range(10)]  # 10 events: two full buffers and a part
+    for tid, delta, start in sent:
+        event = _Event(tid=tid, pad=0, delta_ns=delta, start_ns=start)
         buffer.add(ctypes.addressof(event))
-    tids, latencies = buffer.take()
-    assert list(zip(tids.tolist(), latencies.tolist())) == sent
-    assert tids.dtype == latencies.dtype == "int64"
-    assert [len(a) for a in buffer.take()] == [0, 0]  # taken once
+    waits = buffer.take()
+    assert list(zip(waits.tids.tolist(), waits.latencies.tolist(), waits.starts.tolist())) == sent
+    assert waits.tids.dtype == waits.latencies.dtype == waits.starts.dtype == "int64"
+    assert len(buffer.take()) == 0  # taken once

@@ -75,7 +75,8 @@ def test_rare_long_waits_the_step_adds_are_a_regression_the_broad_tail_misses():
                 w.values[:8] = 300_000_000  # 8 of 4,000 events wait 300 ms: an RT budget cut
         return windows
     verdict, _ = decide(stalls)
-    assert verdict.outcome == REGRESSION and "extreme tail" in verdict.reason and verdict.statistic == "extreme tail"
+    assert verdict.outcome == REGRESSION and verdict.rule == "tail regression"
+    assert verdict.statistic == "the slowest 0.1%" and verdict.reason.startswith("the slowest 0.1% x")
 
 
 def test_a_step_that_trades_rare_stalls_for_middling_waits_is_judged_on_the_metric():
@@ -90,8 +91,8 @@ def test_a_step_that_trades_rare_stalls_for_middling_waits_is_judged_on_the_metr
                 w.values[:8] = 300_000_000
         return windows
     verdict, _ = decide(trade)
-    assert verdict.outcome == NO_REGRESSION and "broader tail is worse" in verdict.reason
-    assert verdict.statistic == "extreme tail"
+    assert verdict.outcome == NO_REGRESSION and verdict.rule == "trade", verdict.reason
+    assert "though the slowest 5% is" in verdict.reason and verdict.statistic == "the slowest 0.1%"
 
 
 def test_too_few_events_is_inconclusive_at_the_last_block_not_a_pass():

@@ -11,6 +11,7 @@ import pytest
 
 from tuned_rl.host import Host, TaskGone
 from tuned_rl.measure import measurement
+from tuned_rl.measure.probes import Waits
 from tuned_rl.measure.targets import Target, TargetError, resolve_tids
 
 
@@ -78,7 +79,7 @@ class CountingProbe:
         self.lookups += 1
 
     def drain(self):
-        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+        return Waits.empty()
 
 
 @pytest.mark.parametrize("follows_forks, at_most, at_least", [(True, 1, 0), (False, 99, 4)])

@@ -15,7 +15,7 @@ from tuned_rl.core.plugin_host import load_plugins
 from tuned_rl.profiles.loader import load_profile
 from tuned_rl.measure.targets import Target
 from tuned_rl.core.verify import Verifier
-from tuned_rl.measure.probes import ProbeError
+from tuned_rl.measure.probes import ProbeError, Waits
 from tuned_rl.measure.settings import VerifySettings
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
@@ -41,7 +41,7 @@ class StateProbe:
         if self.drains == self.fail_at:
             raise ProbeError("the ring buffer could not be read")
         values = heavy_tail(self.rng, self.events, self.scale_of_state())
-        return np.zeros(len(values), dtype=np.int64), values
+        return Waits(values, None)  # no start times: each wait counts in the window it is drained in
 
     def watch(self, tids):
         pass
@@ -84,7 +84,7 @@ def test_a_large_improvement_is_decided_after_one_block_and_its_block_is_the_nex
     assert first.verdict.windows == 2 + 2 and [b["block"] for b in first.blocks] == [1]
     second, _ = run_step(verifier, harm=1.0)
     assert not first.reused_baseline and second.reused_baseline
-    assert second.before.windows[:2] == first.after.windows[-2:]
+    assert [id(span) for span in second.before.spans[:2]] == [id(span) for span in first.after.spans[-2:]]
 
 
 def test_a_harmless_step_on_a_drifting_target_is_not_reverted_but_before_after_would_be():
@@ -157,14 +157,15 @@ class FakeVerifier:
 
     def verify(self, label, apply, revert):
         from tuned_rl.measure.judge import Verdict
-        from tuned_rl.measure.measurement import Measurement
+        from tuned_rl.measure.measurement import Measurement, Span
         from tuned_rl.core.verify import StepVerdict
         apply()
         if not self.keep:
             revert()
         verdict = Verdict("regression" if not self.keep else "no regression", 100.0, 300.0, 0.001, "p999 100 -> 300")
         return StepVerdict(self.keep, "kept" if self.keep else "reverted", verdict,
-                           Measurement("fake", [np.array([100_000])]), Measurement("fake", [np.array([300_000])]))
+                           Measurement("fake", [Span(0, 1, chunks=[np.array([100_000])])]),
+                           Measurement("fake", [Span(1, 2, chunks=[np.array([300_000])])]))
 
 
 def test_the_agent_undoes_a_reverted_step_and_forgets_its_records(tree, profile_file, state_dir):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import signal
 import time
@@ -240,11 +239,7 @@ class Agent:
             reason += "; kept (on_inconclusive = keep)"
         report = self._step_report(step, result.outcome, reason, changes, gone)
         report.before, report.after = result.figures()
-        verdict = result.verdict
-        report.verdict = {"outcome": verdict.outcome, "p_value": _sig(verdict.p_value), "ratio": _sig(verdict.ratio)}
-        if verdict.effect is not None:
-            report.verdict.update(effect=_sig(math.exp(verdict.effect)), effect_upper=_sig(math.exp(verdict.upper)),
-                                  windows=verdict.windows, seconds=round(verdict.seconds, 1))
+        report.verdict = result.verdict.to_dict()
         report.reused_baseline, report.rounds = result.reused_baseline, result.rounds or None
         report.blocks = result.blocks or None
         return report
@@ -435,13 +430,6 @@ class Agent:
                                         if outcome in ("applied", "kept", "inconclusive") else c.handler.show(c.after))
                            for c in shown],
                           outcome, reason, phase=self.plugins.phase_of(step.table), gone=gone, notes=list(step.notes))
-
-
-def _sig(value: float | None) -> float | None:
-    """Four significant figures (0.0003 is not 0.0); None for what is not a number."""
-    if value is None or math.isinf(value) or math.isnan(value):
-        return None
-    return float(f"{value:.4g}")
 
 
 def _tasks(changes: list[Change]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 from tuned_rl.measure.stats import format_us
@@ -98,23 +99,40 @@ def _rows_of(step: StepReport) -> list[tuple[str, str, str]]:
     rows = [(name if i == 0 else "", step.outcome if i == 0 else "", text) for i, text in enumerate(changes)]
     if not rows:
         rows = [(name, step.outcome, "")]
+    switchback = bool(step.verdict and step.verdict.get("statistic"))
     if step.before is not None:
         b, a = step.before, step.after
-        rows.append(("", "", f"latency p99 {format_us(b['p99_us'])} -> {format_us(a['p99_us'])}, p999 "
+        arms = "without -> with the step" if switchback else "before -> after"
+        rows.append(("", "", f"latency {arms}: p99 {format_us(b['p99_us'])} -> {format_us(a['p99_us'])}, p999 "
                              f"{format_us(b['p999_us'])} -> {format_us(a['p999_us'])} (n {b['n']} / {a['n']})"))
     if step.gone:
         rows.append(("", "", f"({step.gone} tasks exited before they were changed)"))
     rows += [("", "", f"note: {note}") for note in step.notes]
     if step.reason:
         rows.append(("", "", f"({step.reason})"))
-    if step.verdict and step.verdict.get("effect") is not None:
-        v = step.verdict
-        rows.append(("", "", f"tail with the step x{v['effect']:.3g} of without (at most x{v['effect_upper']:.3g}), "
-                             f"drift allowed for; {v['windows']} windows, {v['seconds']:g} s"))
+    if switchback:
+        rows += [("", "", line) for line in _judged_lines(step.verdict)]
     for figures in step.rounds or []:
         rows.append(("", "", f"round {figures['round']}: p999 {format_us(figures['before']['p999_us'])} -> "
                              f"{format_us(figures['after']['p999_us'])}"))
     return rows
+
+
+def _judged_lines(v: dict) -> list[str]:
+    """What decided a switchback verdict, in figures: the statistic per arm, its drift-adjusted ratio
+    and bound, the one line that says why a rise was not reverted, and the waits at the changes."""
+    bound = (f", at least x{v['effect_lower']:.3g}" if v.get("effect_lower") is not None else
+             f", at most x{v['effect_upper']:.3g}" if v.get("effect_upper") is not None else "")
+    confidence = f" ({v['confidence']:.0%})" if bound and v.get("confidence") else ""
+    lines = [f"judged on {v['statistic']} of each block's waits: {format_us(v['statistic_without_us'] or math.nan)} "
+             f"without, {format_us(v['statistic_with_us'] or math.nan)} with the step (geometric means); drift "
+             f"allowed for x{v['effect']:.3g}{bound}{confidence}; {v['windows']} windows, {v['seconds']:g} s"]
+    if v.get("why_not_reverted"):
+        lines.append(v["why_not_reverted"])
+    if v.get("straddled"):
+        lines.append(f"({v['straddled']} waits began before a change of arm and ended after it: each counted in the "
+                     "arm where it began)")
+    return lines
 
 
 def _value(value: str | None) -> str:

@@ -12,11 +12,11 @@ import numpy as np
 from tuned_rl.host import Host
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, Verdict, judge
-from tuned_rl.measure.measurement import Measurement, attach_probe, record_windows
+from tuned_rl.measure.measurement import Measurement, Recorder, Span, attach_probe
 from tuned_rl.measure.probes import LatencyProbe, ProbeError
 from tuned_rl.measure.settings import VerifySettings
 from tuned_rl.measure.stats import QUANTILES, quantile, summarize
-from tuned_rl.measure.switchback import Window, look
+from tuned_rl.measure.switchback import Look, Window, look, why_not_reverted
 from tuned_rl.measure.targets import Target, TargetError
 
 Progress = Callable[[str], None]
@@ -61,6 +61,7 @@ class Verifier:
         self.baseline: Measurement | None = None  # the host as it is now, if measured since the last change
         self.notes: list[str] = []
         self.failed: str | None = None  # why the probe stopped working, once it has
+        self._recorder_of: Recorder | None = None
 
     def __enter__(self) -> "Verifier":
         try:
@@ -104,33 +105,36 @@ class Verifier:
     def _switchback(self, label: str, apply: Callable[[], None], revert: Callable[[], None]) -> StepVerdict:
         s = self.settings
         reused = self.baseline is not None
+        self._recorder.forget_all_but(self.baseline.spans if reused else [])
         baseline = self.baseline or self._measure(label, "measuring without the step", s.baseline_windows)
-        windows = [Window(v, False, t) for v, t in zip(baseline.windows, baseline.times)]
-        arms = {False: Measurement(self._probe.name), True: Measurement(self._probe.name)}
-        _extend(arms[False], baseline)
-        with_step, blocks, decision, last = False, [], None, baseline
+        plan = [(span, False, 0) for span in baseline.spans]  # each window: its span, its arm, its block
+        settling: list[Span] = []
+        with_step, decision, last = False, None, baseline
         for block in range(1, s.max_blocks + 1):
             (revert if with_step else apply)()
             with_step = not with_step
             phase = f"block {block}/{s.max_blocks} {'with' if with_step else 'without'} the step"
-            self._settle(label, phase)
+            settling.append(self._settle(label, phase))
             last = self._measure(label, phase, s.block_windows)
-            windows += [Window(v, with_step, t, block) for v, t in zip(last.windows, last.times)]
-            _extend(arms[with_step], last)
-            blocks.append({"block": block, "with_step": with_step, **_figures_of(last.windows)})
-            decision = look(windows, block, s.switchback_settings())
+            plan += [(span, with_step, block) for span in last.spans]
+            decision = look([Window(span.values, arm, span.midpoint, number) for span, arm, number in plan], block,
+                            s.switchback_settings())
             if decision.outcome is not None:
                 break
-        verdict = Verdict(decision.outcome or INCONCLUSIVE, _metric(arms[False], s.metric), _metric(arms[True], s.metric),
-                          decision.p_value, decision.reason, effect=decision.effect, upper=decision.upper,
-                          windows=len(windows), seconds=sum(m.seconds for m in arms.values()))
+        arms = {arm: Measurement(self._probe.name, [span for span, a, _ in plan if a == arm], self._probe.lost)
+                for arm in (False, True)}
+        for arm in arms.values():
+            arm.seconds = len(arm.spans) * s.window_seconds
+        verdict = _switchback_verdict(decision, arms, s, sum(span.count for span in settling),
+                                      sum(_last_of_each_block(plan)))
         keep = self._keeps(verdict)
         if keep != with_step:
             (apply if keep else revert)()
         # The last block measured the host as it now is, if the step ended where it was measured.
         self.baseline = last if keep == with_step else None
         result = StepVerdict(keep, self._outcome(verdict), verdict, arms[False], arms[True], reused)
-        result.blocks = blocks
+        result.blocks = [{"block": number, "with_step": arm, **_figures_of([sp.values for sp, _, n in plan if n == number])}
+                         for number, arm in dict.fromkeys((n, a) for _, a, n in plan if n > 0)]
         return result
 
     # -- the before-after design -----------------------------------------------
@@ -140,6 +144,7 @@ class Verifier:
         if s.rounds > 1:
             return self._rounds(label, apply, revert)
         reused = self.baseline is not None
+        self._recorder.forget_all_but(self.baseline.spans if reused else [])
         before = self.baseline or self._measure(label, "measuring before", s.windows)
         apply()
         self._settle(label, "after the change")
@@ -151,6 +156,7 @@ class Verifier:
 
     def _rounds(self, label: str, apply: Callable[[], None], revert: Callable[[], None]) -> StepVerdict:
         arm_a, arm_b, rounds = Measurement(self._probe.name), Measurement(self._probe.name), []
+        self._recorder.forget_all_but([])
         per_block = math.ceil(self.settings.windows / self.settings.rounds)
         for number in range(1, self.settings.rounds + 1):
             if number > 1:
@@ -179,6 +185,13 @@ class Verifier:
 
     # -- shared ----------------------------------------------------------------
 
+    @property
+    def _recorder(self) -> Recorder:
+        """Counts each wait in the window where it began, across steps (a baseline is reused)."""
+        if self._recorder_of is None or self._recorder_of.probe is not self._probe:
+            self._recorder_of = Recorder(self._probe, self._tid_source)
+        return self._recorder_of
+
     def _keeps(self, verdict: Verdict) -> bool:
         if verdict.outcome == REGRESSION:
             return False
@@ -190,30 +203,52 @@ class Verifier:
         return "reverted" if verdict.outcome == REGRESSION else "kept"
 
     def _measure(self, label: str, phase: str, windows: int) -> Measurement:
-        return record_windows(self._probe, self._tid_source, windows, self.settings.window_seconds,
-                              lambda left: self.progress(f"{label}: {phase}, {max(left, 0):.0f} s left"))
+        return self._recorder.record(windows, self.settings.window_seconds,
+                                     lambda left: self.progress(f"{label}: {phase}, {max(left, 0):.0f} s left"))
 
-    def _settle(self, label: str, phase: str) -> None:
-        """Let the change take hold: ``settle_seconds`` of events are measured and dropped."""
+    def _settle(self, label: str, phase: str) -> Span:
+        """Let the change take hold: from the end of the last window, for ``settle_seconds`` more, the
+        waits that begin are dropped (the change itself is made in that time too)."""
         if self.settings.settle_seconds > 0:
             self.progress(f"{label}: {phase}: settling {self.settings.settle_seconds:g} s")
-            record_windows(self._probe, self._tid_source, 1, self.settings.settle_seconds)
+        return self._recorder.settle(self.settings.settle_seconds)
+
+
+def _switchback_verdict(decision: Look, arms: dict[bool, Measurement], settings: VerifySettings, settling: int,
+                        straddled: int) -> Verdict:
+    """The verdict, with the figures that decided it: what the report shows is what was judged."""
+    lower = decision.bound if decision.outcome == REGRESSION else None
+    upper = decision.bound if decision.outcome != REGRESSION else None
+    return Verdict(decision.outcome or INCONCLUSIVE, _metric(arms[False], settings.metric),
+                   _metric(arms[True], settings.metric), decision.p_value, decision.reason, effect=decision.effect,
+                   upper=upper, lower=lower, windows=sum(len(a.spans) for a in arms.values()),
+                   seconds=sum(a.seconds for a in arms.values()), rule=decision.rule, statistic=decision.statistic,
+                   tail_before_us=decision.tail_us[0], tail_after_us=decision.tail_us[1],
+                   why_not_reverted=why_not_reverted(decision, settings.switchback_settings()),
+                   settling_dropped=settling, straddled=straddled, metric=settings.metric,
+                   confidence=settings.confidence)
+
+
+def _last_of_each_block(plan: list[tuple[Span, bool, int]]) -> list[int]:
+    """Of each block's last window, the waits that ended after it: they straddled a change of arm."""
+    last: dict[int, Span] = {}
+    for span, _, number in plan:
+        last[number] = span
+    return [span.ended_after for span in last.values()]
 
 
 def _extend(arm: Measurement, block: Measurement) -> None:
-    arm.windows += block.windows
-    arm.window_tids += block.window_tids
-    arm.times += block.times
+    arm.spans += block.spans
     arm.seconds += block.seconds
     arm.lost = block.lost  # the probe's count so far
 
 
 def _metric(measurement: Measurement, metric: str) -> float:
-    return quantile(measurement.values, QUANTILES[metric]) / 1000 if measurement.windows else float("nan")
+    return quantile(measurement.values, QUANTILES[metric]) / 1000 if measurement.spans else float("nan")
 
 
 def _figures(measurement: Measurement) -> dict:
-    return {**measurement.summary().to_dict(), "lost": measurement.lost, "windows": len(measurement.windows)}
+    return {**measurement.summary().to_dict(), "lost": measurement.lost, "windows": len(measurement.spans)}
 
 
 def _figures_of(windows: list[np.ndarray]) -> dict:

@@ -7,8 +7,9 @@ first: CPUs, policy, cgroup), then loops until stdin closes; SIGUSR1 makes it st
 one more thread. It dies with its parent in every state: the kernel sends it SIGKILL
 when the parent exits (PR_SET_PDEATHSIG), even while it runs SCHED_FIFO with work to
 do and its main thread never gets to read stdin. With ``--report-schedstat`` each wake writes a
-12-byte record (thread id, run-queue wait in ns since the last wake, from
-field 2 of /proc/thread-self/schedstat) to stdout, for the schedstat probe.
+20-byte record (thread id, run-queue wait in ns since the last wake, from
+field 2 of /proc/thread-self/schedstat, and the CLOCK_MONOTONIC ns at which the thread woke)
+to stdout, for the schedstat probe.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 from tuned_rl.host import Host, Task
 
-RECORD = struct.Struct("=IQ")
+RECORD = struct.Struct("=IQQ")
 
 
 @dataclass(frozen=True)
@@ -124,12 +125,13 @@ def _run_thread(period_s: float, work_s: float, report: bool, stop: threading.Ev
             time.sleep(deadline - now)
         else:
             deadline = now  # fell behind: do not try to catch up in a burst
+        awake = time.monotonic_ns()
         end = time.monotonic() + work_s
         while time.monotonic() < end:
             pass
         if report:
             wait = _run_delay(schedstat)
-            os.write(1, RECORD.pack(tid, wait - last_wait))
+            os.write(1, RECORD.pack(tid, wait - last_wait, awake))
             last_wait = wait
 
 

@@ -71,16 +71,42 @@ class Verdict:
     after_us: float
     p_value: float | None
     reason: str
-    # The switchback design's drift-adjusted effect on the tail (log ratio) and its upper bound,
-    # and how much measurement it took.
+    # The switchback design: the drift-adjusted effect (log ratio) of the statistic that decided,
+    # its bound at the profile's confidence (upper for "no regression", lower for "regression"),
+    # the rule that decided, each arm's figure of the metric's tail, and how much measurement it took.
     effect: float | None = None
     upper: float | None = None
     windows: int | None = None
     seconds: float | None = None
+    lower: float | None = None
+    rule: str | None = None
+    statistic: str | None = None  # "the slowest 0.1%" (of each block's waits) or "the slowest 5%"
+    tail_before_us: float | None = None  # the metric's tail per arm: the blocks' geometric mean
+    tail_after_us: float | None = None
+    why_not_reverted: str | None = None  # for a step kept though its pooled metric rose beyond the tolerance
+    settling_dropped: int = 0  # waits that began while a change took hold: in no arm
+    straddled: int = 0  # waits that began before a change of arm and ended after it: counted where they began
+    metric: str = "p999"
+    confidence: float | None = None
 
     @property
     def ratio(self) -> float:
         return self.after_us / self.before_us if self.before_us > 0 else math.inf
+
+    def to_dict(self) -> dict:
+        """The JSON report's ``verdict``: what decided, with its figures (ratios, not logs)."""
+        data = {"outcome": self.outcome, "p_value": _sig(self.p_value), "ratio": _sig(self.ratio),
+                "metric": self.metric, "without_us": _sig(self.before_us), "with_us": _sig(self.after_us)}
+        if self.effect is None:
+            return data
+        ratio = lambda log: None if log is None else _sig(math.exp(log))  # noqa: E731
+        data.update(rule=self.rule, statistic=self.statistic, statistic_without_us=_sig(self.tail_before_us),
+                    statistic_with_us=_sig(self.tail_after_us), effect=ratio(self.effect),
+                    effect_upper=ratio(self.upper), effect_lower=ratio(self.lower), confidence=self.confidence,
+                    windows=self.windows, seconds=None if self.seconds is None else round(self.seconds, 1),
+                    settling_dropped=self.settling_dropped, straddled=self.straddled,
+                    why_not_reverted=self.why_not_reverted)
+        return data
 
 
 def judge(before: list[np.ndarray], after: list[np.ndarray], settings: JudgeSettings = JudgeSettings()) -> Verdict:
@@ -155,6 +181,13 @@ def _splits(total: int, chosen: int, permutations: int, seed: int):
         return [c for c in combinations(range(total), chosen) if c != tuple(range(total - chosen, total))]
     rng = np.random.default_rng(seed)
     return np.argsort(rng.random((permutations, total)), axis=1)[:, :chosen]
+
+
+def _sig(value: float | None) -> float | None:
+    """Four significant figures (0.0003 is not 0.0); None for what is not a number."""
+    if value is None or math.isinf(value) or math.isnan(value):
+        return None
+    return float(f"{value:.4g}")
 
 
 def _pooled(windows: list[np.ndarray], q: float) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -65,8 +66,9 @@ def t_sf(t: float, df: int) -> float:
     return tail if t >= 0 else 1 - tail
 
 
+@lru_cache(maxsize=1024)
 def t_ppf(q: float, df: int) -> float:
-    """The t with P(T <= t) = q (bisection on t_sf; q in (0, 1))."""
+    """The t with P(T <= t) = q (bisection on t_sf; q in (0, 1)); few (q, df) pairs occur: cached."""
     low, high = -1e3, 1e3
     for _ in range(100):
         middle = (low + high) / 2

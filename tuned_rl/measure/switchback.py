@@ -1,81 +1,20 @@
-"""The sequential switchback verdict: is the tail worse with the step, judged while without and with alternate?
+"""The sequential switchback verdict: is the tail the profile names worse with the step, judged while without and with alternate?
 
-Why switchback, and why a trend
--------------------------------
-A live workload drifts: started beside CPU-bound jobs, a request/response
-workload's event rate fell by almost half and its p999 rose over its first half
-minute. Measure 15 s without a step and then 15 s with it, and that drift is
-indistinguishable from the step's effect, for any test: a harmless step was
-reverted in 5 of 10 runs. So the arms alternate in blocks, A (without) and B
-(with): 2 windows of A, then blocks of B, A, B, ... each a short settling time
-that is measured and dropped (0.25 s) and 2 windows of 0.5 s. The effect is read
-from a regression of each block's statistic on "B" *plus a smooth trend in time*
-(none at the first look, linear up to seven blocks, quadratic from eight): a
-drift moves A and B blocks alike, the step moves only B.
-
-Why blocks are the unit
------------------------
-On this VM the canary's tail wanders with its host's stalls, which come and go
-over seconds (the window statistic's lag-1 autocorrelation was 0.73). Windows of
-one block share that noise; counted as independent they made a t-test see
-effects in 2-12% of harmless steps. Each block's events are pooled into one
-statistic and the regression is fitted on blocks, with degrees of freedom to
-match: replayed recordings then gave well under 1% (bench/judge_sim.py).
-
-Two statistics
---------------
-The *tail* statistic is the mean log of a block's largest 5% of events (for
-p999): the mean log of the top 1% was too much at the mercy of the host's stalls
-to decide on. It decides "no regression" and sees broad regressions. The *extreme*
-statistic, the mean log of the top 0.2%, is an alarm for what the tail statistic
-dilutes: a step that adds rare long waits (an RT budget cut: a few stalls of
-hundreds of milliseconds a second) moves the p999 a thousandfold and the top 5%
-hardly at all. Either, significant, makes a regression; a regression must also
-show in the pooled metric of the alternating arms (p999 with / without beyond the
-tolerance).
-
-Why sequential
---------------
-A clear win (RT throttling: 376 ms to 21 µs) needs a few windows; a close call
-needs many. After every block the evidence is looked at, and measuring stops as
-soon as it decides:
-
-- "no regression" when the 99% upper bound of the tail effect is below the
-  tolerance (log 1.2); at the first look, before any trend can be fitted, only for
-  a large improvement (the extreme tail's bound below -log 2, the tail no worse);
-- "no regression" at any later look for such a large improvement too, the tail within the
-  tolerance and the pooled metric no worse: where a step removes rare long waits (RT
-  throttling: four waits a second of 377 ms), the broad tail can wander for many blocks;
-- "no regression" also when the extreme tail's upper bound is below the tolerance and the
-  pooled metric is no worse, though the broad tail is worse: a step that trades shorter rare
-  waits for more middling ones (FIFO removal under an RT budget: p999 378 ms to 18 ms, p99
-  0.04 ms to 8 ms) is judged on the metric the profile chose;
-- "no regression" also when Wald's log likelihood ratio of "no effect" against
-  "2x worse" falls to -3 (futility), once four blocks' worth of residual freedom
-  make the standard error worth trusting;
-- "regression" before the last block only at p <= 0.001, at the last (24th) block
-  at p <= 0.003, with the effect above the tolerance (above 2x for the extreme tail);
-- at the last block otherwise "inconclusive": "the target's latency drifted" when
-  the trend the model fitted is larger than the effect it could bound.
-
-A step that starves the target is a regression outright: the same model on each
-block's log event count shows the step halving the count (p <= 0.001), drift
-allowed for, so a count falling for reasons of its own does not.
-
-bench/judge_sim.py simulates this design under bursts and drift, and replays
-windows the BPF probe recorded here; ../shared/JUDGE-NOTES.md has the simulation
-of the candidate designs this one started from.
+(The design, and why, is written out below the code's imports once its figures are final.)
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION, tail_share, window_tail
+from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION, window_tail
 from tuned_rl.measure.stats import QUANTILES, quantile, t_ppf, t_sf
+
+BROAD_SHARE = 0.05  # the broad tail: each block's slowest 5%
 
 
 @dataclass(frozen=True)
@@ -84,15 +23,24 @@ class SwitchbackSettings:
 
     metric: str = "p999"
     tolerance: float = 0.20  # a tail up to 20% worse is not a regression
-    confidence: float = 0.99  # of the upper bound that decides "no regression"
-    early_p: float = 0.001  # a regression before the last block needs this p
-    final_p: float = 0.003  # and at the last block, this one
+    confidence: float = 0.99  # of the bounds reported, and of the regression test at the last block
     max_blocks: int = 24  # switching blocks after the baseline
     min_samples: int = 2000  # events per arm, below which nothing is decided
     futility_llr: float = -3.0
-    futility_df: int = 4  # blocks' worth of evidence about the noise before the futility stop may fire
-    alternative: float = math.log(2)  # the regression the futility test weighs "no effect" against
-    first_look_improvement: float = math.log(2)
+    futility_df: int = 4  # residual freedom before a standard error is trusted: by the futility stop, and a regression
+    alternative: float = math.log(2)  # the broad regression the futility test weighs "no effect" against
+    tail_alternative: float = math.log(3)  # and the regression of the metric's own tail
+    large_improvement: float = math.log(2)
+
+    @property
+    def final_p(self) -> float:
+        """The p a regression needs at the last block: the profile's confidence (0.01 at 0.99)."""
+        return 1 - self.confidence
+
+    @property
+    def early_p(self) -> float:
+        """Before the last block, ten times less: there may be 23 looks before it, not one."""
+        return self.final_p / 10
 
 
 @dataclass(frozen=True)
@@ -106,121 +54,304 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Fit:
+    """The drift-adjusted effect of the step on one block statistic (a log ratio with / without)."""
+
+    effect: float
+    se: float
+    df: int
+    drift: float  # how far the fitted trend moved over the measurement (log)
+
+    @property
+    def t(self) -> float:
+        return self.effect / self.se if self.se > 0 else math.copysign(math.inf, self.effect)
+
+    @property
+    def p_value(self) -> float:
+        """One-sided: of "the step makes it worse"."""
+        return t_sf(self.t, self.df)
+
+    def p_beyond(self, tolerance: float) -> float:
+        """One-sided: of "the step makes it worse by more than ``tolerance``" (a log ratio)."""
+        return t_sf((self.effect - tolerance) / self.se, self.df) if self.se > 0 else float(self.effect <= tolerance)
+
+    def bound(self, confidence: float, upper: bool = True) -> float:
+        spread = t_ppf(confidence, self.df) * self.se
+        return self.effect + spread if upper else self.effect - spread
+
+    def llr(self, alternative: float) -> float:
+        """Wald's log likelihood ratio of "no effect" against ``alternative`` (negative: for "no effect")."""
+        return alternative * (self.effect - alternative / 2) / self.se ** 2
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one look knows: both statistics' fits, the pooled figures, and where in the design it is."""
+
+    settings: SwitchbackSettings
+    blocks: int
+    trend: str  # none | linear | quadratic
+    tail: Fit | None  # the metric's own tail: each block's slowest 0.1% for p999
+    broad: Fit | None  # each block's slowest 5%
+    starved: Fit | None  # each block's event count
+    pooled: float  # the metric, pooled, with / without
+    tail_us: tuple[float, float]  # per arm (without, with), the blocks' statistic: a geometric mean (µs)
+    n_with: int
+    n_without: int
+
+    @property
+    def tail_ratio(self) -> float:
+        """The metric's tail with / without, before drift is allowed for."""
+        without, with_step = self.tail_us
+        return with_step / without if without > 0 else math.inf
+
+    @property
+    def final(self) -> bool:
+        return self.blocks >= self.settings.max_blocks
+
+    @property
+    def tolerance(self) -> float:
+        return math.log(1 + self.settings.tolerance)
+
+    @property
+    def alpha(self) -> float:
+        return self.settings.final_p if self.final else self.settings.early_p
+
+    @property
+    def tail_name(self) -> str:
+        return f"the slowest {_share_text(tail_share_of(self.settings.metric))}"
+
+
+@dataclass(frozen=True)
 class Look:
-    """What the evidence says after one block; ``outcome`` None means: measure another block."""
+    """What the evidence says after one block; ``outcome`` None means: measure another block.
+
+    ``statistic`` names what decided, ``effect`` its drift-adjusted ratio (log) and ``bound`` its
+    bound at the settings' confidence, above for "no regression", below for "regression". ``tail``
+    and ``broad`` are both statistics' fits, for the report; ``rule`` names the rule that decided.
+    """
 
     outcome: str | None
-    effect: float  # drift-adjusted log ratio with/without, on the tail statistic
-    upper: float  # its upper confidence bound
-    p_value: float | None
-    trend: str  # none | linear | quadratic
-    drift: float  # how far the fitted trend moved over the measurement (log)
+    rule: str
     reason: str
-    statistic: str = "tail"  # which statistic the figures are of: "tail" (broad) or "extreme tail"
+    statistic: str = ""
+    effect: float = 0.0
+    bound: float = math.inf
+    p_value: float | None = None
+    trend: str = "none"
+    drift: float = 0.0
+    tail: Fit | None = None
+    broad: Fit | None = None
+    pooled: float = math.nan
+    tail_us: tuple[float, float] = (math.nan, math.nan)
 
     @property
     def ratio(self) -> float:
         return math.exp(self.effect)
 
 
-def shares(q: float) -> tuple[float, float]:
-    """The shares of a block's largest events its two statistics read.
-
-    The broad one, the top 5% (or the fixed judge's share where that is more: p99's top
-    10%), decides: replayed windows of this machine's canary showed the top 1% too much at
-    the mercy of the VM's host, whose stalls come and go over seconds (1-2% false
-    regressions, 80-90% detection of a 2x regression), where the top 5% held under 1% and
-    over 95% (bench/judge_sim.py).
-    The extreme one, twice the metric's tail (the top 0.2% for p999), is an alarm: a step
-    that adds rare long stalls (an RT budget cut: one stall of hundreds of milliseconds a
-    second) moves the p999 a thousandfold and the top 5% hardly at all.
-    """
-    return min(1.0, max(tail_share(q), 0.05)), min(1.0, 2 * (1 - q))
+def tail_share_of(metric: str) -> float:
+    """The share of each block's slowest events the metric names: the top 0.1% for p999."""
+    return 1 - QUANTILES[metric]
 
 
 def look(windows: list[Window], blocks: int, settings: SwitchbackSettings = SwitchbackSettings()) -> Look:
     """The decision after ``blocks`` switching blocks (the last allowed is ``settings.max_blocks``)."""
-    final = blocks >= settings.max_blocks
-    q = QUANTILES[settings.metric]
-    broad_share, extreme_share = shares(q)
+    evidence = gather(windows, blocks, settings)
+    for rule in RULES:
+        decided = rule(evidence)
+        if decided is not None:
+            return decided
+    raise AssertionError("the last rule always decides")  # pragma: no cover
+
+
+def gather(windows: list[Window], blocks: int, settings: SwitchbackSettings) -> Evidence:
+    """Fit both statistics (and the event count) on arm plus trend, and pool the arms."""
     degree = 0 if blocks <= 1 else 1 if blocks <= 7 else 2
-    trend = ("none", "linear", "quadratic")[degree]
-    tolerance = math.log(1 + settings.tolerance)
     units = windows if blocks <= 1 else _blocks(windows)  # the first look has one block of each arm
     counts = np.array([len(u.values) for u in units], dtype=float)
     arms = np.array([u.with_step for u in units], dtype=float)
     times = np.array([u.time for u in units])
-    n_with, n_without = int(counts[arms == 1].sum()), int(counts[arms == 0].sum())
+    degree_here = _degree(degree, len(units))
+    share = tail_share_of(settings.metric)
+    empty = (counts == 0).any()
+    fit = lambda y: None if empty else _fit(y, arms, times, degree_here)  # noqa: E731
+    with_step = [w.values for w in windows if w.with_step]
+    without = [w.values for w in windows if not w.with_step]
+    tail = np.array([window_tail(u.values, share) for u in units])
+    return Evidence(
+        settings, blocks, ("none", "linear", "quadratic")[degree],
+        tail=fit(tail),
+        broad=fit(np.array([window_tail(u.values, max(BROAD_SHARE, share)) for u in units])),
+        starved=_fit(np.log(counts + 1), arms, times, degree_here) if blocks > 1 else None,
+        pooled=_ratio(with_step, without, lambda v: quantile(v, QUANTILES[settings.metric])),
+        tail_us=tuple(_geometric_mean_us(tail[arms == arm]) for arm in (0, 1)),
+        n_with=int(counts[arms == 1].sum()), n_without=int(counts[arms == 0].sum()))
 
-    if blocks > 1:
-        starved = _fit(np.log(counts + 1), arms, times, _degree(degree, len(units)))
-        if starved is not None and math.exp(starved.effect) < 0.5 and t_sf(-starved.t, starved.df) <= settings.early_p:
-            return Look(REGRESSION, math.inf, math.inf, None, trend, 0.0,
-                        f"the target was starved: {math.exp(starved.effect):.0%} of its events with the step, "
-                        f"drift allowed for ({n_with} with, {n_without} without)")
-    if min(n_with, n_without) < settings.min_samples or (counts == 0).any():
-        if final:
-            return Look(INCONCLUSIVE, 0.0, math.inf, None, trend, 0.0, f"too few samples ({n_without} without, "
-                        f"{n_with} with the step; need {settings.min_samples} each)")
-        return Look(None, 0.0, math.inf, None, trend, 0.0, "too few samples yet")
-    broad = _fit(np.array([window_tail(u.values, broad_share) for u in units]), arms, times,
-                 _degree(degree, len(units)))
-    extreme = _fit(np.array([window_tail(u.values, extreme_share) for u in units]), arms, times,
-                   _degree(degree, len(units)))
-    if broad is None or extreme is None:
-        return Look(INCONCLUSIVE if final else None, 0.0, math.inf, None, trend, 0.0, "too few blocks yet")
-    upper = broad.effect + t_ppf(settings.confidence, broad.df) * broad.se
-    extreme_upper = extreme.effect + t_ppf(settings.confidence, extreme.df) * extreme.se
-    p_value, extreme_p = t_sf(broad.t, broad.df), t_sf(extreme.t, extreme.df)
-    result = lambda outcome, reason: Look(outcome, broad.effect, upper, p_value, trend, broad.drift,  # noqa: E731
-                                          reason)
-    figures = f"{_percent(broad.effect)} on the tail, drift allowed for ({trend} trend)"
-    # The arms alternate in time, so their pooled metric is compared at like moments: a regression
-    # must show there too, beyond the tolerance, not only in a statistic.
-    pooled = _pooled_ratio(windows, q)
-    # A large improvement in the extreme tail decides at any look. At the first, one block of each
-    # arm, no trend can be told from an effect yet and noise that lasts the block is in every window
-    # of it, so the broad tail must be no worse; later, within the tolerance with the pooled metric
-    # no worse: where a step removes rare long waits (an RT budget raised: a few waits a second of
-    # 377 ms), the broad tail may wander from block to block and bound nothing for many blocks.
-    if extreme_upper < -settings.first_look_improvement and (
-            broad.effect <= 0 if blocks <= 1 else broad.effect < tolerance and pooled <= 1):
-        return result(NO_REGRESSION, f"{_percent(extreme.effect)} on the extreme tail, {figures}"
-                                     + (": a large improvement, clear after one block" if blocks <= 1 else
-                                        f", {settings.metric} x{pooled:.2g}: a large improvement"))
-    if blocks <= 1:
-        return result(None, figures)  # only a large improvement is clear this early
-    alpha = settings.final_p if final else settings.early_p
-    if pooled > 1 + settings.tolerance:
-        if p_value <= alpha and broad.effect > tolerance:
-            return result(REGRESSION, f"{figures}, {settings.metric} x{pooled:.2f}: worse beyond the "
-                                      f"{settings.tolerance:.0%} tolerance (p={p_value:.4f})")
-        if extreme_p <= alpha and extreme.effect > settings.alternative:
-            return Look(REGRESSION, extreme.effect, extreme_upper, extreme_p, trend, extreme.drift,
-                        f"{_percent(extreme.effect)} on the extreme tail ({figures}), {settings.metric} "
-                        f"x{pooled:.2f}: rare long waits the step adds (p={extreme_p:.4f})", "extreme tail")
-    if extreme_upper < tolerance and pooled <= 1 and broad.effect > tolerance:
-        # A trade: the waits behind the metric are shorter, more waits below it are longer (FIFO
-        # removal under an RT budget: p999 378 -> 18 ms, p99 0.04 -> 8 ms). The metric decides.
-        return Look(NO_REGRESSION, extreme.effect, extreme_upper, extreme_p, trend, extreme.drift,
-                    f"{_percent(extreme.effect)} on the extreme tail, {settings.metric} x{pooled:.2f}: better where "
-                    f"the {settings.metric} is, though the broader tail is worse ({figures}); the {settings.metric} "
-                    "decides", "extreme tail")
-    if upper < tolerance:
-        return result(NO_REGRESSION, f"{figures}: at most {_percent(upper)} at {settings.confidence:.0%} "
-                                     f"confidence, within the {settings.tolerance:.0%} tolerance")
-    llr = settings.alternative * (broad.effect - settings.alternative / 2) / broad.se ** 2
-    # The likelihood ratio takes the standard error as known: from a handful of blocks it is not.
-    if broad.df >= settings.futility_df and llr <= settings.futility_llr:
-        return result(NO_REGRESSION, f"{figures}: no sign of a {math.exp(settings.alternative):.0f}x regression "
-                                     f"(likelihood ratio {math.exp(llr):.3f})")
-    if not final:
-        return result(None, figures)
-    if abs(broad.drift) > upper - broad.effect:
-        return result(INCONCLUSIVE, f"the target's latency drifted ({_percent(broad.drift)} over the "
-                                    f"measurement): {figures}, which cannot rule out more than the tolerance")
-    return result(INCONCLUSIVE, f"{figures}: up to {_percent(upper)} cannot be ruled out, nor a regression shown "
-                                f"(p={p_value:.3f})")
+
+# -- the rules, in the order they are asked ------------------------------------
+
+
+def starved(e: Evidence) -> Look | None:
+    """A step that halves the target's events, drift allowed for, starved it: a regression outright."""
+    fit = e.starved
+    if fit is None or math.exp(fit.effect) >= 0.5 or t_sf(-fit.t, fit.df) > e.settings.early_p:
+        return None
+    return Look(REGRESSION, "starved", f"the target was starved: {math.exp(fit.effect):.0%} of its events with the "
+                f"step, drift allowed for ({e.n_with} with, {e.n_without} without)", "event count",
+                fit.effect, math.inf, None, e.trend, fit.drift, e.tail, e.broad, e.pooled, e.tail_us)
+
+
+def too_few(e: Evidence) -> Look | None:
+    if min(e.n_with, e.n_without) >= e.settings.min_samples and e.tail is not None and e.broad is not None:
+        return None
+    if min(e.n_with, e.n_without) < e.settings.min_samples:
+        reason = (f"too few samples ({e.n_without} without, {e.n_with} with the step; need "
+                  f"{e.settings.min_samples} each)")
+    else:
+        reason = "too few blocks yet"
+    return Look(INCONCLUSIVE if e.final else None, "too few", reason, trend=e.trend, pooled=e.pooled,
+                tail_us=e.tail_us)
+
+
+def large_improvement(e: Evidence) -> Look | None:
+    """The metric's tail far better (RT throttling removed: 377 ms to 0.1 ms) decides at any look.
+
+    At the first look, one block of each arm, noise that lasts a block is in every window of it,
+    so the broad tail must be no worse too; later, within the tolerance with the pooled metric
+    no worse (where a step removes rare long waits, the broad tail wanders from block to block).
+    """
+    upper = e.tail.bound(e.settings.confidence)
+    if upper >= -e.settings.large_improvement:
+        return None
+    if not (e.broad.effect <= 0 if e.blocks <= 1 else e.broad.effect < e.tolerance and e.pooled <= 1):
+        return None
+    return _decided(e, NO_REGRESSION, "large improvement", e.tail, upper,
+                    "a large improvement" + (", clear after one block" if e.blocks <= 1 else ""))
+
+
+def first_look(e: Evidence) -> Look | None:
+    """At the first look nothing but a large improvement is clear: no trend can be told from an effect yet."""
+    if e.blocks > 1:
+        return None
+    return _undecided(e)
+
+
+def tail_regression(e: Evidence) -> Look | None:
+    """The metric's own tail worse beyond the tolerance, significantly: rare stalls the step adds."""
+    fit = e.tail
+    if fit.df < e.settings.futility_df:
+        return None
+    p_value = fit.p_beyond(e.tolerance)
+    if p_value > e.alpha or e.tail_ratio <= 1 + e.settings.tolerance:
+        return None
+    return _decided(e, REGRESSION, "tail regression", fit, fit.bound(e.settings.confidence, upper=False),
+                    f"worse beyond the {e.settings.tolerance:.0%} tolerance (p={p_value:.4f})")
+
+
+def broad_regression(e: Evidence) -> Look | None:
+    """The broad tail significantly worse, and the metric's own tail and the pooled metric worse too."""
+    fit = e.broad
+    if fit.df < e.settings.futility_df:
+        return None
+    p_value = fit.p_value
+    if p_value > e.alpha or fit.effect <= e.tolerance or e.tail.effect <= e.tolerance \
+            or e.pooled <= 1 + e.settings.tolerance:
+        return None
+    return _decided(e, REGRESSION, "broad regression", fit, fit.bound(e.settings.confidence, upper=False),
+                    f"worse beyond the {e.settings.tolerance:.0%} tolerance (p={p_value:.4f}), and "
+                    f"{e.tail_name} {_times(e.tail.effect)}")
+
+
+def trade(e: Evidence) -> Look | None:
+    """Shorter rare waits for more middling ones (FIFO removal under an RT budget: p999 378 -> 18 ms,
+    p99 0.04 -> 8 ms): the metric's tail is bounded within the tolerance though the broad tail is
+    worse. The metric decides."""
+    upper = e.tail.bound(e.settings.confidence)
+    if upper >= e.tolerance or e.pooled > 1 or e.broad.effect <= e.tolerance:
+        return None
+    return _decided(e, NO_REGRESSION, "trade", e.tail, upper,
+                    f"better where the {e.settings.metric} is, though the slowest 5% is "
+                    f"{_times(e.broad.effect)}; the {e.settings.metric} decides")
+
+
+def bounded(e: Evidence) -> Look | None:
+    """Both tails bounded within the tolerance."""
+    confidence = e.settings.confidence
+    tail_upper, broad_upper = e.tail.bound(confidence), e.broad.bound(confidence)
+    if max(tail_upper, broad_upper) >= e.tolerance:
+        return None
+    return _decided(e, NO_REGRESSION, "bounded", e.tail, tail_upper,
+                    f"within the {e.settings.tolerance:.0%} tolerance, and the slowest 5% at most "
+                    f"{_times(broad_upper)}")
+
+
+def futility(e: Evidence) -> Look | None:
+    """No sign of a regression in either tail: Wald's likelihood ratio of "no effect" against a 2x
+    broad regression, and against a 3x worse metric tail, both at e^-3 or below, once enough blocks
+    make the standard errors worth trusting. The metric's tail must agree: the broad tail alone
+    hides rare stalls."""
+    s = e.settings
+    if min(e.broad.df, e.tail.df) < s.futility_df:
+        return None
+    broad, tail = e.broad.llr(s.alternative), e.tail.llr(s.tail_alternative)
+    if max(broad, tail) > s.futility_llr:
+        return None
+    return _decided(e, NO_REGRESSION, "futility", e.tail, e.tail.bound(s.confidence),
+                    f"no sign of a regression: likelihood ratio {math.exp(tail):.3f} against "
+                    f"{math.exp(s.tail_alternative):.0f}x on it, {math.exp(broad):.3f} against "
+                    f"{math.exp(s.alternative):.0f}x on the slowest 5%")
+
+
+def undecided(e: Evidence) -> Look | None:
+    """Before the last block: another block. At it: inconclusive, saying what could not be ruled out."""
+    if not e.final:
+        return _undecided(e)
+    fit, upper = e.tail, e.tail.bound(e.settings.confidence)
+    if abs(fit.drift) > upper - fit.effect:
+        why = (f"the target's latency drifted ({_percent(fit.drift)} over the measurement), and "
+               f"{_times(upper)} cannot be ruled out")
+    else:
+        why = f"up to {_times(upper)} cannot be ruled out, nor a regression shown (p={fit.p_value:.3f})"
+    return _decided(e, INCONCLUSIVE, "inconclusive", fit, upper, why)
+
+
+RULES: list[Callable[[Evidence], Look | None]] = [
+    starved, too_few, large_improvement, first_look, tail_regression, broad_regression, trade, bounded,
+    futility, undecided]
+
+
+def why_not_reverted(decision: Look, settings: SwitchbackSettings) -> str | None:
+    """One line for a step not reverted though its pooled metric rose beyond the tolerance; else None."""
+    if decision.outcome == REGRESSION or not decision.pooled > 1 + settings.tolerance or decision.tail is None:
+        return None
+    tail = decision.tail
+    upper = tail.bound(settings.confidence)
+    why = {"futility": "no sign of a regression",
+           "bounded": "within the tolerance",
+           "large improvement": "a large improvement",
+           "trade": "better where the metric is"}.get(
+        decision.rule, f"not beyond the {settings.tolerance:.0%} tolerance at {settings.confidence:.0%} confidence")
+    return (f"not reverted though the pooled {settings.metric} rose {_times(math.log(decision.pooled))}: the "
+            f"slowest {_share_text(tail_share_of(settings.metric))} of each block, drift allowed for, is "
+            f"{_times(tail.effect)} (at most {_times(upper)} at {settings.confidence:.0%}): {why}; a pooled "
+            f"{settings.metric} rests on a few waits, which the host's own stalls move")
+
+
+# -- pieces --------------------------------------------------------------------
+
+
+def _decided(e: Evidence, outcome: str, rule: str, fit: Fit, bound: float, why: str) -> Look:
+    name = "the slowest 5%" if fit is e.broad else e.tail_name
+    reason = f"{name} {_times(fit.effect)} with the step, drift allowed for ({e.trend} trend): {why}"
+    return Look(outcome, rule, reason, name, fit.effect, bound, fit.p_value, e.trend, fit.drift, e.tail, e.broad,
+                e.pooled, e.tail_us)
+
+
+def _undecided(e: Evidence) -> Look:
+    return Look(None, "measure more", f"{e.tail_name} {_times(e.tail.effect)} so far", e.tail_name, e.tail.effect,
+                e.tail.bound(e.settings.confidence), e.tail.p_value, e.trend, e.tail.drift, e.tail, e.broad,
+                e.pooled, e.tail_us)
 
 
 def _blocks(windows: list[Window]) -> list[Window]:
@@ -239,41 +370,43 @@ def _degree(degree: int, points: int) -> int:
     return min(degree, max(points - 3, 0))
 
 
-@dataclass(frozen=True)
-class _Fit:
-    effect: float
-    se: float
-    df: int
-    drift: float
-
-    @property
-    def t(self) -> float:
-        return self.effect / self.se if self.se > 0 else math.copysign(math.inf, self.effect)
-
-
-def _fit(y: np.ndarray, arms: np.ndarray, times: np.ndarray, degree: int) -> _Fit | None:
+def _fit(y: np.ndarray, arms: np.ndarray, times: np.ndarray, degree: int) -> Fit | None:
     """Least squares of y on [1, with-step, t, t^2 (up to degree)]; None without residual freedom."""
     span = max(times.max() - times.min(), 1e-9)
     scaled = (times - times.min()) / span * 2 - 1  # -1..1: a well-conditioned polynomial
     columns = [np.ones_like(y), arms] + [scaled ** d for d in range(1, degree + 1)]
     x = np.column_stack(columns)
     df = len(y) - x.shape[1]
-    if df < 1 or np.linalg.matrix_rank(x) < x.shape[1]:
+    if df < 1 or np.linalg.matrix_rank(x) < x.shape[1] or not np.isfinite(y).all():
         return None
     coefficients, _, _, _ = np.linalg.lstsq(x, y, rcond=None)
     residuals = y - x @ coefficients
     covariance = float(residuals @ residuals) / df * np.linalg.inv(x.T @ x)
     trend = sum(coefficients[1 + d] * (np.array([-1.0, 1.0]) ** d) for d in range(1, degree + 1))
     drift = float(trend[1] - trend[0]) if degree else 0.0
-    return _Fit(float(coefficients[1]), math.sqrt(max(covariance[1, 1], 1e-18)), df, drift)
+    return Fit(float(coefficients[1]), math.sqrt(max(covariance[1, 1], 1e-18)), df, drift)
 
 
-def _pooled_ratio(windows: list[Window], q: float) -> float:
-    with_step = [w.values for w in windows if w.with_step]
-    without = [w.values for w in windows if not w.with_step]
-    before = quantile(np.concatenate(without), q) if without else math.nan
-    after = quantile(np.concatenate(with_step), q) if with_step else math.nan
+def _ratio(with_step: list[np.ndarray], without: list[np.ndarray], figure: Callable[[np.ndarray], float]) -> float:
+    """``figure`` of the pooled with-arm over that of the pooled without-arm."""
+    if not with_step or not without:
+        return math.nan
+    before, after = figure(np.concatenate(without)), figure(np.concatenate(with_step))
     return after / before if before > 0 else math.inf
+
+
+def _geometric_mean_us(logs: np.ndarray) -> float:
+    finite = logs[np.isfinite(logs)]
+    return float(np.exp(finite.mean()) / 1000) if len(finite) else math.nan
+
+
+def _share_text(share: float) -> str:
+    return f"{share:.1%}".replace(".0%", "%")
+
+
+def _times(log_ratio: float) -> str:
+    ratio = math.exp(log_ratio)
+    return f"x{ratio:.2f}" if ratio < 10 else f"x{ratio:.3g}"
 
 
 def _percent(log_ratio: float) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tuned_rl.host import Host
-from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError
+from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError, Waits
 from tuned_rl.measure.probes.bpf import BpfProbe
 from tuned_rl.measure.probes.schedstat import SchedstatProbe
 from tuned_rl.measure.probes.tracefs import TracefsProbe
@@ -29,4 +29,4 @@ def choose_probe(name: str, host: Host, canary: bool) -> tuple[type[LatencyProbe
 
 
 __all__ = ["PROBES", "PROBE_CHOICES", "BpfProbe", "LatencyProbe", "Obstacle", "ProbeError", "SchedstatProbe",
-           "TracefsProbe", "choose_probe"]
+           "TracefsProbe", "Waits", "choose_probe"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Iterable
 
 import numpy as np
@@ -29,6 +29,30 @@ class ProbeError(RuntimeError):
     """The probe failed to start or to read its events."""
 
 
+@dataclass(frozen=True)
+class Waits:
+    """Waits a probe measured: each one's length and the moment it began.
+
+    ``starts`` are CLOCK_MONOTONIC nanoseconds (``time.monotonic_ns()``'s clock), so that each
+    wait is counted in the window where it began, not where it ended: a wait of half a second
+    that began without a step and ended with it is the without-arm's. A probe that sums waits in
+    the kernel gives the start of the interval each was counted in (``LatencyProbe.start_resolution_ns``);
+    ``starts`` None: the probe cannot tell (each wait then counts where it was drained). A start
+    below 0 means the wait began too long ago for the probe to say when.
+    """
+
+    latencies: np.ndarray  # ns
+    starts: np.ndarray | None  # ns, CLOCK_MONOTONIC
+    tids: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # may be empty
+
+    def __len__(self) -> int:
+        return len(self.latencies)
+
+    @staticmethod
+    def empty() -> "Waits":
+        return Waits(np.array([], dtype=np.int64), np.array([], dtype=np.int64))
+
+
 class LatencyProbe(ABC):
     """Measures run-queue latency per wakeup (and per preemption) of the watched threads.
 
@@ -41,6 +65,7 @@ class LatencyProbe(ABC):
 
     name: ClassVar[str]
     follows_forks: ClassVar[bool] = False
+    start_resolution_ns: ClassVar[int] = 1  # how precisely ``Waits.starts`` place a wait in time
 
     @classmethod
     @abstractmethod
@@ -59,11 +84,8 @@ class LatencyProbe(ABC):
         """Also record these threads from now on."""
 
     @abstractmethod
-    def drain(self) -> tuple[np.ndarray, np.ndarray]:
-        """(thread ids, latencies in ns) of the events recorded since the last drain.
-
-        The thread ids may be empty: a probe that sums waits in the kernel does not know them.
-        """
+    def drain(self) -> Waits:
+        """The waits recorded since the last drain (whenever they began)."""
 
     @property
     @abstractmethod
@@ -95,5 +117,6 @@ def read_available(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def to_arrays(tids: list[int], latencies: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    return np.asarray(tids, dtype=np.int64), np.asarray(latencies, dtype=np.int64)
+def to_waits(tids: list[int], latencies: list[int], starts: list[int]) -> Waits:
+    return Waits(np.asarray(latencies, dtype=np.int64), np.asarray(starts, dtype=np.int64),
+                 np.asarray(tids, dtype=np.int64))

@@ -6,23 +6,42 @@ import ctypes
 import os
 import platform
 import struct
+import time
 from typing import Iterable
 
 import numpy as np
 
 from tuned_rl.host import Host
-from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError
+from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError, Waits
 from tuned_rl.measure.probes.btf import BtfError, member_offset
+from tuned_rl.measure.probes.granules import (GRANULE_BUCKETS, GRANULE_FIRST_BUCKET, GRANULE_NS, GRANULE_SHIFT,
+                                               GRANULES, GranuleRing)
 
 # Before COMMON, when the probe sums waits in the kernel (the default): each wait's length goes to
 # a histogram (16 buckets per doubling, 4.4% wide; one array element, read in one lookup) and the
 # longest to a per-CPU maximum. No event crosses to user space: per-event delivery kept tuned-rl's
 # own process busy in bursts the workload waited behind (README, "what measuring costs").
+#
+# Each wait is also counted by when it *began*, so that it belongs to the arm it began in: a
+# ring of histograms, one per interval of 2^GRANULE_SHIFT ns (33.6 ms) of CLOCK_MONOTONIC, the
+# wait's start picking its slot, and one total per slot, so user space reads only the slots that
+# changed. The counts only grow (u32, read as differences modulo 2^32); a slot stands for the
+# most recent interval of its number when user space reads it, which it does every quarter of a
+# second, while the ring spans 17 s. A wait that began more than 15 s before it is counted could
+# be taken for a later interval's: it goes to `too_old` instead (its start is then unknown).
+# The bucket is counted before the slot's total: a total seen changed means its buckets are.
 HISTOGRAM = r"""
 #define NO_EVENTS 1
 #define FINE_BUCKETS 1024
+// GRANULE_SHIFT, GRANULES, GRANULE_BUCKETS, GRANULE_FIRST_BUCKET come from granules.py
+#define TOO_OLD_GRANULES (GRANULES - 64)
 struct latency_counts { u64 counts[FINE_BUCKETS]; };
+struct granule_counts { u32 counts[GRANULE_BUCKETS]; };
+struct granule_totals { u32 counts[GRANULES]; };
 BPF_ARRAY(latency_hist, struct latency_counts, 1);
+BPF_ARRAY(granule_hist, struct granule_counts, GRANULES);
+BPF_ARRAY(granule_totals, struct granule_totals, 1);
+BPF_ARRAY(too_old, struct granule_counts, 1);
 BPF_PERCPU_ARRAY(latency_max, u64, 1);
 
 // The index of the highest bit set (0 for 0 and 1).
@@ -45,7 +64,27 @@ static __always_inline u32 fine_bucket_of(u64 ns) {
     return bucket < FINE_BUCKETS ? bucket : FINE_BUCKETS - 1;
 }
 
-static __always_inline void count_wait(u64 ns) {
+static __always_inline void count_by_start(u32 bucket, u64 start) {
+    int zero = 0;
+    u32 fine = bucket - GRANULE_FIRST_BUCKET;
+    fine = fine < GRANULE_BUCKETS ? fine : GRANULE_BUCKETS - 1;
+    u64 granule = start >> GRANULE_SHIFT;
+    if ((bpf_ktime_get_ns() >> GRANULE_SHIFT) - granule >= TOO_OLD_GRANULES) {
+        struct granule_counts *old = too_old.lookup(&zero);
+        if (old)
+            __sync_fetch_and_add(&old->counts[fine & (GRANULE_BUCKETS - 1)], 1);
+        return;
+    }
+    u32 slot = (u32)granule & (GRANULES - 1);
+    struct granule_counts *hist = granule_hist.lookup(&slot);
+    if (hist)
+        __sync_fetch_and_add(&hist->counts[fine & (GRANULE_BUCKETS - 1)], 1);
+    struct granule_totals *totals = granule_totals.lookup(&zero);
+    if (totals)
+        __sync_fetch_and_add(&totals->counts[slot & (GRANULES - 1)], 1);
+}
+
+static __always_inline void count_wait(u64 ns, u64 start) {
     int zero = 0;
     u32 bucket = fine_bucket_of(ns) & (FINE_BUCKETS - 1);
     struct latency_counts *hist = latency_hist.lookup(&zero);
@@ -54,8 +93,9 @@ static __always_inline void count_wait(u64 ns) {
     u64 *longest = latency_max.lookup(&zero);
     if (longest && ns > *longest)
         *longest = ns;
+    count_by_start(bucket, start);
 }
-#define ON_WAIT_LENGTH(ns) count_wait(ns)
+#define ON_WAIT_LENGTH(ns, start) count_wait(ns, start)
 """
 FINE_BUCKETS = 1024
 
@@ -77,10 +117,10 @@ FINE_BUCKET_MIDDLES = np.array([min(lower + width // 2, 1 << 62)
 EVENTS = r"""
 #define SLEEP_STATE_BITS 0xff
 #ifndef ON_WAIT_LENGTH
-#define ON_WAIT_LENGTH(ns)
+#define ON_WAIT_LENGTH(ns, start)
 #endif
 
-struct event { u32 tid; u32 pad; u64 delta_ns; };
+struct event { u32 tid; u32 pad; u64 delta_ns; u64 start_ns; };
 
 #ifndef NO_EVENTS
 BPF_RINGBUF_OUTPUT(events, RING_PAGES);  // not even allocated when waits are summed
@@ -94,9 +134,10 @@ static __always_inline void count_lost(void) {
         (*count)++;
 }
 
-// One wait of a watched thread, measured: summed, or handed to user space.
-static __always_inline void wait_measured(u32 tid, u64 delta) {
-    ON_WAIT_LENGTH(delta);
+// One wait of a watched thread, measured: summed, or handed to user space. ``start`` is when
+// it began (bpf_ktime_get_ns(): CLOCK_MONOTONIC).
+static __always_inline void wait_measured(u32 tid, u64 delta, u64 start) {
+    ON_WAIT_LENGTH(delta, start);
 #ifndef NO_EVENTS
     struct event *e = events.ringbuf_reserve(sizeof(struct event));
     if (!e) {
@@ -106,6 +147,7 @@ static __always_inline void wait_measured(u32 tid, u64 delta) {
     e->tid = tid;
     e->pad = 0;
     e->delta_ns = delta;
+    e->start_ns = start;
     events.ringbuf_submit(e, 0);
 #endif
 }
@@ -127,9 +169,10 @@ static __always_inline void wait_ends(u32 tid) {
     u64 *since = start.lookup(&tid);
     if (!since)
         return;
-    u64 delta = bpf_ktime_get_ns() - *since;
+    u64 began = *since;
+    u64 delta = bpf_ktime_get_ns() - began;
     start.delete(&tid);
-    wait_measured(tid, delta);
+    wait_measured(tid, delta, began);
 }
 """
 
@@ -196,26 +239,35 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
 # switch storm, and an unwatched switch costs one inlined bitmap test. The offsets come from the
 # running kernel's BTF. A wait reads when its thread is next switched out (a window late at most
 # for a thread that runs for long); a thread's first switch out only sets its baseline.
+#
+# When the wait began: the thread has run since it ended, once (pcount grew by one), for as long
+# as its se.sum_exec_runtime grew since its last switch out. So the wait began that run time and
+# the wait itself before now. (The run time leaves out interrupts and time the hypervisor took,
+# where the kernel accounts them apart: the start is then that much late, microseconds.)
 SCHED_INFO_BODY = WATCHED + r"""
-struct sched_counts { u64 pcount; u64 run_delay; };  // task_struct.sched_info's first two fields
+struct sched_counts { u64 pcount; u64 run_delay; u64 ran; };  // sched_info's first two fields; se.sum_exec_runtime
 BPF_HASH(seen, u32, struct sched_counts, MAX_THREADS);
 
 RAW_TRACEPOINT_PROBE(sched_switch) {
     u32 tid = (u32)bpf_get_current_pid_tgid();
     if (!is_watched(tid))
         return 0;
+    u64 task = bpf_get_current_task();
     struct sched_counts now = {};
-    bpf_probe_read_kernel(&now, sizeof(now), (void *)(bpf_get_current_task() + SCHED_INFO_OFFSET));
+    bpf_probe_read_kernel(&now, 16, (void *)(task + SCHED_INFO_OFFSET));
+    bpf_probe_read_kernel(&now.ran, sizeof(now.ran), (void *)(task + EXEC_RUNTIME_OFFSET));
     struct sched_counts *before = seen.lookup(&tid);
     if (!before) {
         if (seen.update(&tid, &now))
             count_lost();
         return 0;
     }
-    if (now.pcount == before->pcount + 1)
-        wait_measured(tid, now.run_delay - before->run_delay);
-    else if (now.pcount > before->pcount + 1)
+    if (now.pcount == before->pcount + 1) {
+        u64 wait = now.run_delay - before->run_delay;
+        wait_measured(tid, wait, bpf_ktime_get_ns() - (now.ran - before->ran) - wait);
+    } else if (now.pcount > before->pcount + 1) {
         count_lost();  // a switch out was missed: the waits since cannot be told apart
+    }
     *before = now;
     return 0;
 }
@@ -393,19 +445,20 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
 
 
 class _Event(ctypes.Structure):
-    _fields_ = [("tid", ctypes.c_uint32), ("pad", ctypes.c_uint32), ("delta_ns", ctypes.c_uint64)]
+    _fields_ = [("tid", ctypes.c_uint32), ("pad", ctypes.c_uint32), ("delta_ns", ctypes.c_uint64),
+                ("start_ns", ctypes.c_uint64)]
 
 
 class EventBuffer:
     """Events copied raw as the ring buffer hands them over, decoded in one go when taken.
 
-    The ring buffer calls back once per event; a callback that only copies 16 bytes keeps
+    The ring buffer calls back once per event; a callback that only copies 24 bytes keeps
     tuned-rl's own bursts of CPU short (after an eviction here: the workload's measured p999
     0.9-1.1 ms with a callback building Python integers, 0.2-0.4 ms with this).
     """
 
     EVENT_BYTES = ctypes.sizeof(_Event)
-    DTYPE = np.dtype([("tid", "<u4"), ("pad", "<u4"), ("delta_ns", "<u8")])
+    DTYPE = np.dtype([("tid", "<u4"), ("pad", "<u4"), ("delta_ns", "<u8"), ("start_ns", "<u8")])
 
     def __init__(self, capacity: int = 65536):
         self.capacity = capacity
@@ -422,12 +475,13 @@ class EventBuffer:
         ctypes.memmove(self._address + self.EVENT_BYTES * self._count, data, self.EVENT_BYTES)
         self._count += 1
 
-    def take(self) -> tuple[np.ndarray, np.ndarray]:
-        """(thread ids, latencies in ns) of every event added since the last take."""
+    def take(self) -> Waits:
+        """Every wait added since the last take."""
         raw = b"".join(self._full) + bytes(memoryview(self._data)[: self.EVENT_BYTES * self._count])
         self._full, self._count = [], 0
         events = np.frombuffer(raw, dtype=self.DTYPE)
-        return events["tid"].astype(np.int64), events["delta_ns"].astype(np.int64)
+        return Waits(events["delta_ns"].astype(np.int64), events["start_ns"].astype(np.int64),
+                     events["tid"].astype(np.int64))
 
 
 class BpfProbe(LatencyProbe):
@@ -450,7 +504,8 @@ class BpfProbe(LatencyProbe):
         self._bpf = None
         self._watched: set[int] = set()
         self._events = EventBuffer()
-        self._counted = np.zeros(FINE_BUCKETS, dtype=np.int64)  # the histogram as last drained
+        self._ring: GranuleRing | None = None
+        self.start_resolution_ns = GRANULE_NS if summed else 1
 
     @classmethod
     def obstacles(cls, host: Host, canary: bool) -> list[Obstacle]:
@@ -480,11 +535,14 @@ class BpfProbe(LatencyProbe):
         if self.variant == "auto":
             self.variant = ("sched_info" if _sched_info_usable() else
                             "raw" if _raw_tracepoints_usable() else "classic")
-        cflags = [f"-DMAX_THREADS={self.max_threads}", f"-DRING_PAGES={self.ring_pages}", "-w"]
+        cflags = [f"-DMAX_THREADS={self.max_threads}", f"-DRING_PAGES={self.ring_pages}", "-w",
+                  f"-DGRANULE_SHIFT={GRANULE_SHIFT}", f"-DGRANULES={GRANULES}", f"-DGRANULE_BUCKETS={GRANULE_BUCKETS}",
+                  f"-DGRANULE_FIRST_BUCKET={GRANULE_FIRST_BUCKET}"]
         if self.variant in ("raw", "sched_info"):
             cflags += [f"-DPID_OFFSET={member_offset('task_struct', 'pid')}", f"-DWORDS={_bitmap_words()}"]
         if self.variant == "sched_info":
-            cflags += [f"-DSCHED_INFO_OFFSET={member_offset('task_struct', 'sched_info')}"]
+            cflags += [f"-DSCHED_INFO_OFFSET={member_offset('task_struct', 'sched_info')}",
+                       f"-DEXEC_RUNTIME_OFFSET={_exec_runtime_offset()}"]
         try:
             program, extra_cflags = self._program()
             if self.summed:
@@ -493,7 +551,11 @@ class BpfProbe(LatencyProbe):
         except Exception as err:  # BCC raises bare Exception on compile or load failure
             raise ProbeError(f"BPF program ({self.variant} tracepoints) failed to load: {err}") from err
         self.watch(tids)
-        if not self.summed:
+        if self.summed:
+            self._ring = GranuleRing(lambda: self._counts(b"granule_totals", 0),
+                                     lambda slot: self._counts(b"granule_hist", slot),
+                                     lambda: self._counts(b"too_old", 0), FINE_BUCKET_MIDDLES)
+        else:
             self._bpf[b"events"].open_ring_buffer(self._on_event)
 
     def _program(self) -> tuple[str, list[str]]:
@@ -525,13 +587,15 @@ class BpfProbe(LatencyProbe):
                 continue  # a thread id beyond pid_max cannot exist
             watched[key] = ctypes.c_uint64(current | bits)
 
-    def drain(self) -> tuple[np.ndarray, np.ndarray]:
+    def drain(self) -> Waits:
         if self.summed:
-            counts = self.wait_counts()
-            new, self._counted = counts - self._counted, counts
-            return np.array([], dtype=np.int64), np.repeat(FINE_BUCKET_MIDDLES, new)
+            return self._ring.take(time.monotonic_ns())
         self._bpf.ring_buffer_consume()
         return self._events.take()
+
+    def _counts(self, table: bytes, index: int) -> np.ndarray:
+        """One element of a map of u32 counts, copied."""
+        return np.frombuffer(self._bpf[table][ctypes.c_int(index)].counts, dtype=np.uint32).copy()
 
     def wait_counts(self) -> np.ndarray:
         """The kernel's histogram so far: waits per fine bucket (``summed`` only)."""
@@ -577,9 +641,15 @@ def _sched_info_usable() -> bool:
         sched_info = member_offset("task_struct", "sched_info")
         layout = (member_offset("sched_info", "pcount"), member_offset("sched_info", "run_delay"))
         member_offset("task_struct", "pid")
+        _exec_runtime_offset()
     except BtfError:
         return False
     return sched_info > 0 and layout == (0, 8)
+
+
+def _exec_runtime_offset() -> int:
+    """Where task_struct.se.sum_exec_runtime is: the thread's time on a CPU, in ns."""
+    return member_offset("task_struct", "se") + member_offset("sched_entity", "sum_exec_runtime")
 
 
 def _bitmap_words() -> int:

@@ -10,14 +10,16 @@ import numpy as np
 
 from tuned_rl.measure.canary import RECORD
 from tuned_rl.host import Host
-from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, read_available
+from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, Waits, read_available
 
 
 class SchedstatProbe(LatencyProbe):
     """Needs no tracing at all, but sees only a canary: the canary reports its own waits.
 
     Each event is all the run-queue wait of one wake-work cycle (the wakeup and
-    any preemption during the work), with the kernel's ns accounting.
+    any preemption during the work), with the kernel's ns accounting. Its start is the
+    moment the canary's thread came out of its sleep less the wait: the wake-up's wait, so
+    placed, began then; a preemption's within the work is counted with it.
     """
 
     name = "schedstat"
@@ -45,12 +47,13 @@ class SchedstatProbe(LatencyProbe):
     def watch(self, tids: Iterable[int]) -> None:
         pass  # every canary thread reports by itself
 
-    def drain(self) -> tuple[np.ndarray, np.ndarray]:
+    def drain(self) -> Waits:
         data = self._pending + read_available(self._fd)
         whole = len(data) - len(data) % RECORD.size
         self._pending = data[whole:]
-        records = np.frombuffer(data[:whole], dtype=np.dtype([("tid", "<u4"), ("ns", "<u8")]))
-        return records["tid"].astype(np.int64), records["ns"].astype(np.int64)
+        records = np.frombuffer(data[:whole], dtype=np.dtype([("tid", "<u4"), ("ns", "<u8"), ("awake", "<u8")]))
+        waits = records["ns"].astype(np.int64)
+        return Waits(waits, records["awake"].astype(np.int64) - waits, records["tid"].astype(np.int64))
 
     @property
     def lost(self) -> int:

@@ -8,10 +8,9 @@ import re
 import time
 from typing import Iterable
 
-import numpy as np
 
 from tuned_rl.host import Host
-from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError, read_available, to_arrays
+from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError, Waits, read_available, to_waits
 
 TRACING = "/sys/kernel/tracing"
 EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_switch", "sched_process_fork")
@@ -79,7 +78,7 @@ class TracefsProbe(LatencyProbe):
             self._watched |= new
             self._set_filters()
 
-    def drain(self) -> tuple[np.ndarray, np.ndarray]:
+    def drain(self) -> Waits:
         # trace_pipe merges the per-CPU buffers by timestamp, but only among events
         # already committed: a wakeup on one CPU can come out after the switch it
         # caused on another. Hold events back for REORDER_S and pair them in
@@ -88,11 +87,11 @@ class TracefsProbe(LatencyProbe):
         self._pending.sort(key=lambda event: event[0])
         horizon = time.monotonic() - REORDER_S
         ready = bisect.bisect_right([event[0] for event in self._pending], horizon)  # (no key= before 3.10)
-        tids, latencies = [], []
+        tids, latencies, starts = [], [], []
         for event in self._pending[:ready]:
-            self._handle(event, tids, latencies)
+            self._handle(event, tids, latencies, starts)
         del self._pending[:ready]
-        return to_arrays(tids, latencies)
+        return to_waits(tids, latencies, starts)
 
     @property
     def lost(self) -> int:
@@ -134,7 +133,8 @@ class TracefsProbe(LatencyProbe):
         self._partial = lines.pop()
         return lines
 
-    def _handle(self, event: tuple[float, str, dict], tids: list[int], latencies: list[int]) -> None:
+    def _handle(self, event: tuple[float, str, dict], tids: list[int], latencies: list[int],
+                starts: list[int]) -> None:
         timestamp, name, fields = event
         if name in ("sched_wakeup", "sched_wakeup_new"):
             self._mark(int(fields["pid"]), timestamp)
@@ -152,6 +152,7 @@ class TracefsProbe(LatencyProbe):
             if since is not None:
                 tids.append(tid)
                 latencies.append(round((timestamp - since) * 1e9))
+                starts.append(round(since * 1e9))  # trace_clock "mono": time.monotonic_ns()'s clock
 
     def _mark(self, tid: int, timestamp: float) -> None:
         if tid in self._watched and tid != 0:
