@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--probe", default="bpf")
     parser.add_argument("--canary-period-us", type=int, default=CanarySpec.period_us)
     parser.add_argument("--canary-threads", type=int, default=CanarySpec.threads)
+    parser.add_argument("--canary-cpus", help="pin the canary to these CPUs (as a profile's canary_cpus)")
     parser.add_argument("--jobs-come-and-go", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True)
@@ -78,7 +79,7 @@ def main() -> None:
     if args.jobs_come_and_go:
         jobs.start()
     try:
-        spec = CanarySpec(period_us=args.canary_period_us, threads=args.canary_threads)
+        spec = CanarySpec(period_us=args.canary_period_us, threads=args.canary_threads, cpus=args.canary_cpus)
         measurement = measure_target(Host(), Target("canary"), args.windows, args.window_seconds, args.probe, spec,
                                      progress=lambda left: print(f"\r{left:.0f} s left ", end="", file=sys.stderr))
     finally:

@@ -124,21 +124,30 @@ def duty_command(busy_ms: float, period_ms: float) -> list[str]:
         """)]
 
 
-def apply_profile(text: str, state_dir: Path, timeout: float = 600) -> tuple[dict, float]:
-    """Run `tuned-rl apply --json` on a profile; returns the report and the seconds it took."""
+LAB_PLUGIN = HERE / "lab_plugin"  # the lab's own third-party plugin ([lab_stall]), with its dist-info
+
+
+def apply_profile(text: str, state_dir: Path, timeout: float = 600, lab_plugin: bool = False) -> tuple[dict, float]:
+    """Run `tuned-rl apply --json` on a profile; returns the report and the seconds it took.
+
+    ``lab_plugin``: load the lab's own plugin too, as a third-party plugin is loaded (PYTHONPATH).
+    """
     profile = state_dir / "profile.toml"
     state_dir.mkdir(parents=True, exist_ok=True)
     profile.write_text(text)
     started = time.monotonic()
-    report = tuned_rl_json(["apply", str(profile)], state_dir, timeout)
+    report = tuned_rl_json(["apply", str(profile)], state_dir, timeout, lab_plugin)
     return report, time.monotonic() - started
 
 
-def run_tuned_rl(args: list[str], state_dir: Path, timeout: float) -> subprocess.CompletedProcess:
+def run_tuned_rl(args: list[str], state_dir: Path, timeout: float, lab_plugin: bool = False
+                 ) -> subprocess.CompletedProcess:
     """`tuned-rl ARGS` in a new process on this host (never a test tree), with its own state
     directory; RuntimeError if it fails."""
     env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
     env.pop("TUNED_RL_HOST_ROOT", None)
+    if lab_plugin:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LAB_PLUGIN), env.get("PYTHONPATH")]))
     result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", *args], capture_output=True, text=True, env=env,
                             timeout=timeout)
     if result.returncode != 0:
@@ -146,9 +155,9 @@ def run_tuned_rl(args: list[str], state_dir: Path, timeout: float) -> subprocess
     return result
 
 
-def tuned_rl_json(args: list[str], state_dir: Path, timeout: float) -> dict:
+def tuned_rl_json(args: list[str], state_dir: Path, timeout: float, lab_plugin: bool = False) -> dict:
     """What `tuned-rl ARGS --json` printed."""
-    return json.loads(run_tuned_rl([*args, "--json"], state_dir, timeout).stdout)
+    return json.loads(run_tuned_rl([*args, "--json"], state_dir, timeout, lab_plugin).stdout)
 
 
 def rollback(state_dir: Path) -> None:
@@ -224,7 +233,10 @@ def placement() -> dict:
         found[f"{directory}/cpuset.cpus"] = Path(directory, "cpuset.cpus").read_text().strip()
     for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
         try:
-            start = task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[19]
+            stat = task.joinpath("stat").read_text()
+            if _is_irq_thread(stat):
+                continue
+            start = stat.rsplit(")", 1)[1].split()[19]
             cpus = next(line.split()[1] for line in task.joinpath("status").read_text().splitlines()
                         if line.startswith("Cpus_allowed_list:"))
             cpuset = next(line.rsplit(":", 1)[1] for line in task.joinpath("cgroup").read_text().splitlines()
@@ -233,6 +245,18 @@ def placement() -> dict:
             continue  # exited meanwhile
         found[f"task {task.name} {start}"] = (cpuset, cpus)
     return found
+
+
+PF_KTHREAD = 0x00200000  # include/linux/sched.h
+
+
+def _is_irq_thread(stat: str) -> bool:
+    """A threaded interrupt handler's kernel thread ("irq/24-ACPI:Ged"). Its affinity follows its
+    IRQ's, which the placement holds already, but only when the IRQ next fires (the kernel's
+    irq_thread_check_affinity()): a snapshot taken after an earlier IRQ change can lag behind it."""
+    comm = stat[stat.index("(") + 1: stat.rindex(")")]
+    flags = int(stat.rsplit(")", 1)[1].split()[6])
+    return bool(flags & PF_KTHREAD) and comm.startswith("irq/")
 
 
 def placement_differences(before: dict, after: dict) -> list[str]:
