@@ -56,7 +56,7 @@ def test_hogs_on_the_canarys_cpu_raise_its_p999_at_least_3x():
 
 def on_one_canary_run(make_probes, seconds: float = 4, settle: float = 0.2, report_schedstat: bool = False):
     """Probes made by ``make_probes(canary)``, all on one canary run beside two hogs on its CPU:
-    what each drained after the first ``settle`` seconds ({name: (tids, values)}), and each one's lost count."""
+    what each drained after the first ``settle`` seconds ({name: Waits}), and each one's lost count."""
     with Hogs(2, "0"), Canary(PINNED, Host(), report_schedstat=report_schedstat) as canary:
         probes = make_probes(canary)
         for probe in probes.values():
@@ -78,8 +78,8 @@ def three_probes_p99(seconds: float = 6) -> dict[str, float]:
     """p99 of one canary run (two hogs beside it) as each of the three probes saw it."""
     drained, _ = on_one_canary_run(lambda canary: {probe.name: probe for probe in (
         BpfProbe(), TracefsProbe(Host()), SchedstatProbe(canary.process.stdout))}, seconds, report_schedstat=True)
-    print({name: len(values) for name, (_, values) in drained.items()})
-    return {name: summarize(values).p99_us for name, (_, values) in drained.items()}
+    print({name: len(waits) for name, waits in drained.items()})
+    return {name: summarize(waits.latencies).p99_us for name, waits in drained.items()}
 
 
 def agree(p99: dict[str, float]) -> bool:
@@ -112,18 +112,25 @@ def test_threads_the_canary_creates_during_the_window_are_measured(probe_name):
             probe.stop()
     new = measurement.tids - first
     assert len(new) == 1
-    assert (measurement.window_tids[2] == new.pop()).sum() > 500
+    assert (measurement.spans[2].tids == new.pop()).sum() > 500
 
 
 def test_the_probe_records_only_the_target_under_50000_context_switches_a_second():
     stat = Path("/proc/stat")
     switches = lambda: int(next(l for l in stat.read_text().splitlines() if l.startswith("ctxt")).split()[1])  # noqa
     with Canary(CanarySpec(period_us=1000), Host()) as canary:
-        # hackbench forks its senders and receivers: kill the whole session afterwards.
-        noise = subprocess.Popen(["hackbench", "-p", "-g", "2", "-l", "1000000"], stdout=subprocess.DEVNULL,
+        # hackbench forks its senders and receivers: kill the whole session afterwards. One group of
+        # pipes switches fastest here: 168,000 switches/s steady, where two groups made 57,000-96,000
+        # (and once in CI 41,609, under the 50,000 this test asks for).
+        noise = subprocess.Popen(["hackbench", "-p", "-g", "1", "-l", "100000000"], stdout=subprocess.DEVNULL,
                                  start_new_session=True)
         try:
-            time.sleep(0.5)
+            # Its processes take a while to start and connect on a loaded host: wait for the storm to rise.
+            deadline, rate = time.monotonic() + 10, 0.0
+            while rate < 60_000 and time.monotonic() < deadline:
+                before = switches()
+                time.sleep(0.5)
+                rate = (switches() - before) / 0.5
             probe = BpfProbe(summed=False)  # events name their thread
             probe.start(canary.tids())
             before, started = switches(), time.monotonic()
@@ -182,7 +189,7 @@ def test_each_program_sees_the_same_canary_and_counts_its_missed_runs(variant, s
 def test_waits_summed_in_the_kernel_read_as_the_events_do():
     # Both ways on one canary run beside two hogs: the histogram's buckets are 4.4% wide.
     drained, _ = on_one_canary_run(lambda canary: {"events": BpfProbe(summed=False), "summed": BpfProbe(summed=True)})
-    measured = {name: values for name, (_, values) in drained.items()}
+    measured = {name: waits.latencies for name, waits in drained.items()}
     events, summed = measured["events"], measured["summed"]
     print({name: summarize(values).to_dict() for name, values in measured.items()})
     assert len(events) > 1500 and abs(len(summed) - len(events)) <= 0.02 * len(events)
@@ -197,13 +204,38 @@ def test_the_schedulers_wait_counts_read_as_the_wakeup_and_switch_timestamps_do(
     measured, lost = on_one_canary_run(
         lambda canary: {variant: BpfProbe(variant=variant, summed=False) for variant in ("sched_info", "raw")},
         settle=0.3)
-    summaries = {name: summarize(values).to_dict() for name, (_, values) in measured.items()}
+    summaries = {name: summarize(waits.latencies).to_dict() for name, waits in measured.items()}
     print(summaries, lost)
-    (info_tids, info), (raw_tids, raw) = measured["sched_info"], measured["raw"]
+    (info_tids, info), (raw_tids, raw) = ((measured[n].tids, measured[n].latencies) for n in ("sched_info", "raw"))
     assert len(raw) > 1500 and abs(len(info) - len(raw)) <= 0.05 * len(raw) and lost["sched_info"] == 0
     assert set(info_tids.tolist()) == set(raw_tids.tolist())
     for q in (99, 99.9):
         assert np.percentile(info, q) == pytest.approx(np.percentile(raw, q), rel=0.1), q
+
+
+def test_each_wait_is_dated_from_when_it_began_by_every_program():
+    # raw stamps a wait when its thread is woken; sched_info works it out at the next switch out from
+    # the thread's run time since it ran (se.sum_exec_runtime); the summed histogram dates it to the
+    # 33.6 ms interval it began in. Each thread's waits, in order, begin at the same moments.
+    measured, _ = on_one_canary_run(lambda canary: {"raw": BpfProbe(variant="raw", summed=False),
+                                                    "sched_info": BpfProbe(variant="sched_info", summed=False),
+                                                    "summed": BpfProbe(variant="sched_info", summed=True)},
+                                    seconds=2, settle=0.3)
+    raw, info, summed = measured["raw"], measured["sched_info"], measured["summed"]
+    # Over the time both drains cover, each of sched_info's starts against raw's nearest of that thread.
+    low, high = max(raw.starts.min(), info.starts.min()) + 10**7, min(raw.starts.max(), info.starts.max()) - 10**7
+    differences = []
+    for tid in set(raw.tids.tolist()):
+        theirs = np.sort(raw.starts[raw.tids == tid])
+        ours = info.starts[(info.tids == tid) & (info.starts > low) & (info.starts < high)]
+        index = np.clip(np.searchsorted(theirs, ours), 1, len(theirs) - 1)
+        differences += np.minimum(np.abs(ours - theirs[index - 1]), np.abs(ours - theirs[index])).tolist()
+    print(f"sched_info's starts against raw's: median {np.median(differences) / 1000:.1f} µs, "
+          f"99th percentile {np.percentile(differences, 99) / 1000:.1f} µs, of {len(differences)}")
+    assert len(differences) > 1500 and np.percentile(differences, 99) < 50_000  # 50 µs: a canary wakes every 1000
+    granules = np.unique(summed.starts)
+    assert ((granules % (1 << 25)) == 0).all() and summed.starts.min() >= raw.starts.min() - (1 << 25)
+    assert summed.starts.max() <= raw.starts.max() + (1 << 25)
 
 
 def test_auto_takes_the_schedulers_counts_here_and_btf_gives_their_offsets():
