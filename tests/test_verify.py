@@ -195,3 +195,24 @@ def test_a_target_that_cannot_be_measured_leaves_steps_applied_not_kept(tree, cl
     text = "[target]\npid = 4242\n[verify]\nprobe = \"tracefs\"\n[rt_runtime]\nglobal_runtime_us = 900000\n"
     out = json.loads(cli("apply", profile_file(text), "--json")[1])
     assert out["steps"][0]["outcome"] == "applied" and out["steps"][0]["reason"].startswith("not verified: ")
+
+
+def test_the_report_shows_what_decided_each_arms_figure_and_the_bound():
+    from tuned_rl.core.report import StepReport
+    result, _ = run_step(verifier_with(lambda: 1.0), harm=3.0)
+    verdict = result.verdict.to_dict()
+    assert verdict["rule"] in ("tail regression", "broad regression") and verdict["metric"] == "p999"
+    assert verdict["statistic_without_us"] * 2 < verdict["statistic_with_us"]  # the arms' figures, as judged
+    assert verdict["effect_lower"] > 1.2 and verdict["effect_upper"] is None and verdict["confidence"] == 0.99
+    assert verdict["without_us"] == pytest.approx(result.before.summary().p999_us, rel=0.01)
+    step = StepReport("sysctl", "set vm.swappiness", [], result.outcome, result.verdict.reason,
+                      *result.figures(), verdict)
+    text = "\n".join(" ".join(row) for row in _rows(step))
+    assert "latency without -> with the step: p99" in text
+    assert (f"judged on {verdict['statistic']} of each block's waits: " in text and "with the step (geometric means); "
+            f"drift allowed for x{verdict['effect']:.3g}, at least x{verdict['effect_lower']:.3g} (99%)" in text)
+
+
+def _rows(step):
+    from tuned_rl.core.report import _rows_of
+    return _rows_of(step)

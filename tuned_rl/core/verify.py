@@ -121,10 +121,7 @@ class Verifier:
                             s.switchback_settings())
             if decision.outcome is not None:
                 break
-        arms = {arm: Measurement(self._probe.name, [span for span, a, _ in plan if a == arm], self._probe.lost)
-                for arm in (False, True)}
-        for arm in arms.values():
-            arm.seconds = len(arm.spans) * s.window_seconds
+        arms = {arm: _arm(self._probe, [span for span, a, _ in plan if a == arm]) for arm in (False, True)}
         verdict = _switchback_verdict(decision, arms, s, sum(span.count for span in settling),
                                       sum(_last_of_each_block(plan)))
         keep = self._keeps(verdict)
@@ -133,8 +130,7 @@ class Verifier:
         # The last block measured the host as it now is, if the step ended where it was measured.
         self.baseline = last if keep == with_step else None
         result = StepVerdict(keep, self._outcome(verdict), verdict, arms[False], arms[True], reused)
-        result.blocks = [{"block": number, "with_step": arm, **_figures_of([sp.values for sp, _, n in plan if n == number])}
-                         for number, arm in dict.fromkeys((n, a) for _, a, n in plan if n > 0)]
+        result.blocks = _block_figures(plan)
         return result
 
     # -- the before-after design -----------------------------------------------
@@ -227,6 +223,18 @@ def _switchback_verdict(decision: Look, arms: dict[bool, Measurement], settings:
                    why_not_reverted=why_not_reverted(decision, settings.switchback_settings()),
                    settling_dropped=settling, straddled=straddled, metric=settings.metric,
                    confidence=settings.confidence)
+
+
+def _arm(probe: LatencyProbe, spans: list[Span]) -> Measurement:
+    """One arm of a switchback verdict: its windows, however many blocks they came from."""
+    return Measurement(probe.name, spans, probe.lost, sum(span.end_ns - span.start_ns for span in spans) / 1e9)
+
+
+def _block_figures(plan: list[tuple[Span, bool, int]]) -> list[dict]:
+    """Each block's figures (the baseline's, block 0, left out), with every wait that began in it."""
+    arms = dict.fromkeys((number, arm) for _, arm, number in plan if number > 0)
+    return [{"block": number, "with_step": arm,
+             **_figures_of([span.values for span, _, n in plan if n == number])} for number, arm in arms]
 
 
 def _last_of_each_block(plan: list[tuple[Span, bool, int]]) -> list[int]:

@@ -167,11 +167,12 @@ def tail_share(q: float) -> float:
     return min(1.0, 10 * (1 - q))
 
 
-def window_tail(window: np.ndarray, share: float) -> float:
-    """Mean log of the window's largest ``share`` of events (-inf for an empty window)."""
+def window_tail(window: np.ndarray, share: float, at_least: int = 1) -> float:
+    """Mean log of the window's largest ``share`` of events, and at least ``at_least`` of them (-inf
+    for an empty window)."""
     if len(window) == 0:
         return -np.inf
-    k = max(int(math.ceil(share * len(window))), 1)
+    k = min(max(int(math.ceil(share * len(window))), at_least), len(window))
     return float(np.log(np.maximum(np.partition(window, len(window) - k)[len(window) - k:], 1)).mean())
 
 

@@ -1,6 +1,98 @@
 """The sequential switchback verdict: is the tail the profile names worse with the step, judged while without and with alternate?
 
-(The design, and why, is written out below the code's imports once its figures are final.)
+Why switchback, and why a trend
+-------------------------------
+A live workload drifts: started beside CPU-bound jobs, a request/response
+workload's event rate fell by almost half and its p999 rose over its first half
+minute. Measure 15 s without a step and then 15 s with it, and that drift is
+indistinguishable from the step's effect, for any test: a harmless step was
+reverted in 5 of 10 runs. So the arms alternate in blocks, A (without) and B
+(with): 2 windows of A, then blocks of B, A, B, ... each a short settling time
+that is measured and dropped (0.25 s) and 2 windows of 0.5 s. The effect is read
+from a regression of each block's statistic on "B" *plus a smooth trend in time*
+(none at the first look, linear up to seven blocks, quadratic from eight): a
+drift moves A and B blocks alike, the step moves only B. Blocks, not windows, are
+the unit: this VM's host stalls come and go over seconds (the window statistic's
+lag-1 autocorrelation was 0.73), so windows of one block share their noise.
+
+A wait belongs to the arm in which it began
+-------------------------------------------
+Every probe dates each wait from its start, and the recorder counts it in the
+window where it began, however late it is reported (measurement.Recorder): an RT
+throttling wait of 377 ms that began without the step is the without-arm's, not
+the with-arm's it ended in. Waits that begin while a change is made and takes hold
+(the settling time) are left out.
+
+The metric decides
+------------------
+The profile names a quantile, p999 by default: the slowest 0.1% of waits. The
+field reports' problem is rare stalls, one wait in a thousand ten to a hundred
+times longer, which move the p999 and leave the p99 where it was. So the verdict
+rests on the statistic the metric names: each block's *slowest 0.1%* (the share
+1 - q), as the mean log of those waits (their geometric mean, 8 waits in a block
+of the default canary). It is scale-equivariant, so the tolerance maps onto it
+exactly (a p999 20% worse is log 1.2 on it), and it sees rare stalls both by
+their number and by their length: a SCHED_FIFO helper spinning 5 ms every 0.5 s
+on the canary's CPU moved it 3.8 standard deviations of a block of this machine's
+canary (3 ms every 1 s, 1.7), where the slowest 5% moved 0.3 and 0.1
+(bench/data/pinned_quiet.npz, injected as bench/judge_sim.py does).
+
+The slowest 5% of each block is the second statistic. Resting on 50 times as many
+waits, it sees a broad regression sooner (a 2x scaling of every wait), and it is the
+broad half of "no regression". Alone it hid rare stalls: a step that made a helper
+SCHED_FIFO was kept in 5 of 5 runs "with no sign of a 2x regression" while the
+p999 went from 242 µs to 4.6 ms.
+
+The rules
+---------
+After every block the evidence is looked at (``gather``), and the rules below are
+asked in order; the first that decides ends the measurement:
+
+1. starved: the step halves the target's events, drift allowed for (p <= early_p):
+   a regression outright.
+2. too few: fewer than min_samples waits in an arm: another block, and at the last
+   one "inconclusive".
+3. large improvement: the slowest 0.1%'s upper bound below x0.5 (RT throttling
+   lifted: 377 ms to 0.1 ms), with the slowest 5% no worse at the first look and
+   within the tolerance later, the pooled metric no worse: decided at any look.
+4. first look: nothing else is clear after one block of each arm.
+5. tail regression: the slowest 0.1% worse *beyond the tolerance* (the test is of
+   effect > log(1 + tolerance), not of effect > 0), p <= early_p before the last
+   block, p <= 1 - confidence at it, and the arms' figures of it apart by more than
+   the tolerance too.
+6. broad regression: the slowest 5% worse (p <= the same), its effect, the slowest
+   0.1%'s effect and the pooled metric all beyond the tolerance: the metric's own
+   tail must agree with what the broad tail shows.
+7. tail bounded: the slowest 0.1%'s upper bound within the tolerance, whatever the
+   slowest 5% does (FIFO removal under an RT budget trades shorter rare waits for
+   more middling ones: p999 378 to 18 ms, p99 0.04 to 8 ms): the metric decides.
+8. futility: Wald's likelihood ratio of "no effect" against 2x on the slowest 5%
+   *and* against 3x on the slowest 0.1% both at e^-3 or below. The second is what
+   keeps a rare-stall step from being called harmless on the broad tail alone.
+9. undecided: another block; at the last (24th) "inconclusive", saying "the
+   target's latency drifted" when the fitted trend is larger than what the
+   effect's bound leaves.
+
+Every rule that calls a regression, and the futility stop, waits for four residual
+degrees of freedom (a standard error from fewer is not worth trusting: with two, one
+synthetic A/A step of 300 at 4,000 events a second read p < 0.0001). A regression
+before the last block needs p <= 0.001 (there may be 23 looks before it), at it
+p <= 0.01 (the profile's confidence); most harmless steps end by futility long
+before, so the looser last look costs little: A/A false regressions stay at or
+under 0.7% in bench/judge_sim.py, on synthetic bursts and drift and on replayed
+recordings alike.
+
+Shown = judged
+--------------
+The Look names the rule and the statistic that decided, its drift-adjusted ratio and
+its bound, each arm's figure of the slowest 0.1% (the geometric mean over the arm's
+blocks, before drift is allowed for), and ``why_not_reverted`` gives the line for a
+step kept though its pooled p999 rose beyond the tolerance: a pooled p999 rests on a
+handful of waits, which the host's own stalls move, while the verdict rests on every
+block's slowest 0.1% with drift allowed for.
+
+bench/judge_sim.py simulates this design under bursts, drift and rare stalls, and
+replays windows the BPF probe recorded here.
 """
 
 from __future__ import annotations
@@ -15,6 +107,10 @@ from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION, wind
 from tuned_rl.measure.stats import QUANTILES, quantile, t_ppf, t_sf
 
 BROAD_SHARE = 0.05  # the broad tail: each block's slowest 5%
+# The metric's tail rests on at least this many waits of a block: a block of a slow target's 1,000
+# waits has one slowest 0.1%, its maximum, too much at the mercy of one stall of the host's
+# (simulated at 1,000 events a second: 6.4% of harmless steps inconclusive with one, 1.8% with four).
+TAIL_AT_LEAST = 4
 
 
 @dataclass(frozen=True)
@@ -151,7 +247,8 @@ class Look:
 
 
 def tail_share_of(metric: str) -> float:
-    """The share of each block's slowest events the metric names: the top 0.1% for p999."""
+    """The share of each block's slowest events the metric names: the top 0.1% for p999 (and at
+    least TAIL_AT_LEAST of them)."""
     return 1 - QUANTILES[metric]
 
 
@@ -178,7 +275,7 @@ def gather(windows: list[Window], blocks: int, settings: SwitchbackSettings) -> 
     fit = lambda y: None if empty else _fit(y, arms, times, degree_here)  # noqa: E731
     with_step = [w.values for w in windows if w.with_step]
     without = [w.values for w in windows if not w.with_step]
-    tail = np.array([window_tail(u.values, share) for u in units])
+    tail = np.array([window_tail(u.values, share, TAIL_AT_LEAST) for u in units])
     return Evidence(
         settings, blocks, ("none", "linear", "quadratic")[degree],
         tail=fit(tail),
@@ -246,7 +343,7 @@ def tail_regression(e: Evidence) -> Look | None:
     if p_value > e.alpha or e.tail_ratio <= 1 + e.settings.tolerance:
         return None
     return _decided(e, REGRESSION, "tail regression", fit, fit.bound(e.settings.confidence, upper=False),
-                    f"worse beyond the {e.settings.tolerance:.0%} tolerance (p={p_value:.4f})")
+                    f"worse beyond the {e.settings.tolerance:.0%} tolerance (p={p_value:.4f})", p_value)
 
 
 def broad_regression(e: Evidence) -> Look | None:
@@ -263,27 +360,18 @@ def broad_regression(e: Evidence) -> Look | None:
                     f"{e.tail_name} {_times(e.tail.effect)}")
 
 
-def trade(e: Evidence) -> Look | None:
-    """Shorter rare waits for more middling ones (FIFO removal under an RT budget: p999 378 -> 18 ms,
-    p99 0.04 -> 8 ms): the metric's tail is bounded within the tolerance though the broad tail is
-    worse. The metric decides."""
+def tail_bounded(e: Evidence) -> Look | None:
+    """The slowest 0.1% bounded within the tolerance: the metric decides, whatever the broad tail does.
+    (FIFO removal under an RT budget trades shorter rare waits for more middling ones: p999 378 to
+    18 ms, p99 0.04 to 8 ms.)"""
     upper = e.tail.bound(e.settings.confidence)
-    if upper >= e.tolerance or e.pooled > 1 or e.broad.effect <= e.tolerance:
+    if upper >= e.tolerance:
         return None
-    return _decided(e, NO_REGRESSION, "trade", e.tail, upper,
-                    f"better where the {e.settings.metric} is, though the slowest 5% is "
-                    f"{_times(e.broad.effect)}; the {e.settings.metric} decides")
-
-
-def bounded(e: Evidence) -> Look | None:
-    """Both tails bounded within the tolerance."""
-    confidence = e.settings.confidence
-    tail_upper, broad_upper = e.tail.bound(confidence), e.broad.bound(confidence)
-    if max(tail_upper, broad_upper) >= e.tolerance:
-        return None
-    return _decided(e, NO_REGRESSION, "bounded", e.tail, tail_upper,
-                    f"within the {e.settings.tolerance:.0%} tolerance, and the slowest 5% at most "
-                    f"{_times(broad_upper)}")
+    broad = (f"; the slowest 5% is {_times(e.broad.effect)}, and the {e.settings.metric} decides"
+             if e.broad.effect > e.tolerance else "")
+    return _decided(e, NO_REGRESSION, "tail bounded", e.tail, upper,
+                    f"at most {_times(upper)} at {e.settings.confidence:.0%}, within the {e.settings.tolerance:.0%} "
+                    f"tolerance{broad}")
 
 
 def futility(e: Evidence) -> Look | None:
@@ -317,8 +405,8 @@ def undecided(e: Evidence) -> Look | None:
 
 
 RULES: list[Callable[[Evidence], Look | None]] = [
-    starved, too_few, large_improvement, first_look, tail_regression, broad_regression, trade, bounded,
-    futility, undecided]
+    starved, too_few, large_improvement, first_look, tail_regression, broad_regression, tail_bounded, futility,
+    undecided]
 
 
 def why_not_reverted(decision: Look, settings: SwitchbackSettings) -> str | None:
@@ -328,9 +416,8 @@ def why_not_reverted(decision: Look, settings: SwitchbackSettings) -> str | None
     tail = decision.tail
     upper = tail.bound(settings.confidence)
     why = {"futility": "no sign of a regression",
-           "bounded": "within the tolerance",
-           "large improvement": "a large improvement",
-           "trade": "better where the metric is"}.get(
+           "tail bounded": "within the tolerance",
+           "large improvement": "a large improvement"}.get(
         decision.rule, f"not beyond the {settings.tolerance:.0%} tolerance at {settings.confidence:.0%} confidence")
     return (f"not reverted though the pooled {settings.metric} rose {_times(math.log(decision.pooled))}: the "
             f"slowest {_share_text(tail_share_of(settings.metric))} of each block, drift allowed for, is "
@@ -341,11 +428,13 @@ def why_not_reverted(decision: Look, settings: SwitchbackSettings) -> str | None
 # -- pieces --------------------------------------------------------------------
 
 
-def _decided(e: Evidence, outcome: str, rule: str, fit: Fit, bound: float, why: str) -> Look:
+def _decided(e: Evidence, outcome: str, rule: str, fit: Fit, bound: float, why: str,
+             p_value: float | None = None) -> Look:
+    """A decision on ``fit``'s statistic; ``p_value``: the test's that decided (else that of "worse")."""
     name = "the slowest 5%" if fit is e.broad else e.tail_name
     reason = f"{name} {_times(fit.effect)} with the step, drift allowed for ({e.trend} trend): {why}"
-    return Look(outcome, rule, reason, name, fit.effect, bound, fit.p_value, e.trend, fit.drift, e.tail, e.broad,
-                e.pooled, e.tail_us)
+    return Look(outcome, rule, reason, name, fit.effect, bound, fit.p_value if p_value is None else p_value, e.trend,
+                fit.drift, e.tail, e.broad, e.pooled, e.tail_us)
 
 
 def _undecided(e: Evidence) -> Look:
@@ -406,7 +495,7 @@ def _share_text(share: float) -> str:
 
 def _times(log_ratio: float) -> str:
     ratio = math.exp(log_ratio)
-    return f"x{ratio:.2f}" if ratio < 10 else f"x{ratio:.3g}"
+    return f"x{ratio:.2g}" if ratio < 0.1 else f"x{ratio:.2f}" if ratio < 10 else f"x{ratio:.3g}"
 
 
 def _percent(log_ratio: float) -> str:
