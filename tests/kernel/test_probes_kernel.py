@@ -209,8 +209,11 @@ def test_the_schedulers_wait_counts_read_as_the_wakeup_and_switch_timestamps_do(
     (info_tids, info), (raw_tids, raw) = ((measured[n].tids, measured[n].latencies) for n in ("sched_info", "raw"))
     assert len(raw) > 1500 and abs(len(info) - len(raw)) <= 0.05 * len(raw) and lost["sched_info"] == 0
     assert set(info_tids.tolist()) == set(raw_tids.tolist())
-    for q in (99, 99.9):
-        assert np.percentile(info, q) == pytest.approx(np.percentile(raw, q), rel=0.1), q
+    # The mean of each top 1% and 0.1%: a percentile can fall in the gap between the short waits and
+    # the hogs' 0.3-0.7 ms time slices, and read 288 µs from one program, 342 µs from the other.
+    for share in (0.01, 0.001):
+        top = lambda values: np.sort(values)[-max(int(share * len(values)), 1):].mean()  # noqa: E731
+        assert top(info) == pytest.approx(top(raw), rel=0.1), share
 
 
 def test_each_wait_is_dated_from_when_it_began_by_every_program():
