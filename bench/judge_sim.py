@@ -1,13 +1,21 @@
 """How often does the verdict call a regression when there is none, how often does it see a real one, how long does it take?
 
-    .venv/bin/python bench/judge_sim.py [--trials 1000] [--events 1000 16000] [--design switchback fixed]
+    .venv/bin/python bench/judge_sim.py [--trials 1000] [--rate 1000 8000] [--design switchback fixed]
+        [--only TEXT] [--jobs N]
 
-Simulated windows of 1 s: a run-queue-latency-like sample (20 µs lognormal body, a
-Pareto(1.5) tail) with, as ../shared/JUDGE-NOTES.md has them,
-- "bursty" noise: lognormal(0.25) window-to-window scale jitter and a 3x window with
-  probability 5%;
+Simulated windows: a run-queue-latency-like sample (20 µs lognormal body, a Pareto(1.5) tail)
+with
+- "bursty" noise: lognormal(0.25) scale jitter and a 3x burst with probability 5%, each lasting
+  a second;
 - drift: +0.5 in log scale (about x1.65 on p999) over the first 30 s, linear, or
   saturating-exponential (three times faster at the start), on top of the bursts.
+
+What a step does (``Effect``): scales every wait (a broad regression, or an improvement);
+lengthens a share of waits picked at random (x10, x20, x50); makes 0.2% of waits 300 ms (an RT
+budget cut); or spins a SCHED_FIFO helper on the target's CPU every so often, each spin
+a wait of 85-100% of it for each of the default canary's four threads (the lab's rare-stall
+scenario, bench/scenarios/rare_stalls.py). The "p999" column is what the step does to the
+pooled p999 without noise: the effect the verdict is asked to see.
 
 Designs: "switchback" (the default verdict, at the [verify] defaults: 2 windows without the
 step, then blocks alternating with / without it, each 0.25 s of settling dropped and 2 kept
@@ -15,14 +23,18 @@ windows, a look after each, at most 24 blocks; tuned_rl/measure/switchback.py) a
 (15 windows without, then 15 with, the rank-test judge of tuned_rl/measure/judge.py).
 Printed per case: the share judged a regression, the share inconclusive, the median
 seconds of measurement a step took; and five consecutive harmless steps' total
-(switchback reuses a kept step's last block as the next step's baseline). Real
-windows recorded by the BPF probe (bench/record_windows.py) are replayed in time order.
+(switchback reuses a kept step's last block as the next step's baseline). Real windows
+recorded by the BPF probe (bench/record_windows.py) are replayed in time order, each trial
+from its own start, spread evenly over the recording (300 s: trials overlap, so a recording's
+rates rest on fewer independent stretches than trials).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import multiprocessing
+import os
 import time
 from dataclasses import dataclass
 
@@ -30,6 +42,7 @@ import numpy as np
 
 from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, JudgeSettings, judge
 from tuned_rl.measure.settings import DEFAULT_VERIFY
+from tuned_rl.measure.stats import quantile
 from tuned_rl.measure.switchback import SwitchbackSettings, Window, look
 
 FIXED_WINDOWS = 15
@@ -220,6 +233,80 @@ def load_recorded(path: str) -> tuple[list[np.ndarray], float] | None:
     return windows[1:], float(data["window_seconds"])  # the first window starts mid-drain: left out
 
 
+@dataclass(frozen=True)
+class Case:
+    """One row of the table: a source (synthetic at ``rate`` events a second, or a recording), its
+    drift, what the step does, and how many steps in a row."""
+
+    label: str
+    effect: Effect
+    drift: str = "none"
+    steps: int = 1
+    rate: int = 8000
+    recording: str | None = None
+
+
+def cases(rates: list[int], recordings: list[str]) -> list[Case]:
+    """The rows: the earlier ones at every rate, the rare stalls at 8,000 events a second, and the recordings."""
+    rows = []
+    for rate in rates:
+        rows += [Case("A/A bursty", NO_EFFECT, rate=rate), Case("A/A bursty, linear drift", NO_EFFECT, "linear", rate=rate),
+                 Case("A/A bursty, exponential drift", NO_EFFECT, "exp", rate=rate),
+                 Case("2x regression, bursty", Effect(scale=2.0), rate=rate),
+                 Case("1.5x regression, bursty", Effect(scale=1.5), rate=rate),
+                 Case("100x improvement, bursty", Effect(scale=0.01), rate=rate),
+                 Case("0.2% of waits 300 ms (RT cut), bursty", Effect(stalls=0.002), rate=rate),
+                 Case("five harmless steps, exponential drift", NO_EFFECT, "exp", 5, rate=rate)]
+    for drift in ("none", "exp"):
+        where = "bursty" if drift == "none" else "bursty, exp. drift"
+        for share in (0.0005, 0.001, 0.002, 0.005):
+            for factor in (10, 50) if share != 0.001 else (10, 20, 50):
+                rows.append(Case(f"{share:.2%} of waits x{factor}, {where}", Effect(lengthened=(share, factor)), drift))
+        for spin, every in ((5, 0.5), (3, 1.0)):
+            rows.append(Case(f"helper spins {spin} ms every {every:g} s, {where}", Effect(spins=(spin, every)), drift))
+    for path in recordings:
+        name = path.rsplit("/", 1)[-1]
+        rows += [Case(f"A/A, {name}", NO_EFFECT, recording=path), Case(f"2x regression, {name}", Effect(scale=2.0),
+                                                                           recording=path),
+                 Case(f"spins 5 ms every 0.5 s, {name}", Effect(spins=(5, 0.5)), recording=path),
+                 Case(f"spins 3 ms every 1 s, {name}", Effect(spins=(3, 1.0)), recording=path),
+                 Case(f"five harmless steps, {name}", NO_EFFECT, steps=5, recording=path)]
+    return rows
+
+
+def p999_ratio(case: Case, seed: int, window_seconds: float) -> float:
+    """What the step does to the pooled p999, without noise: the effect the verdict is asked to see."""
+    rng = np.random.default_rng(seed)
+    if case.recording:
+        recorded, seconds = load_recorded(case.recording)
+        values = recorded
+    else:
+        seconds = 1.0
+        values = [heavy_tail(rng, case.rate) for _ in range(300)]
+    after = [case.effect.apply(rng, v, i * seconds, seconds) for i, v in enumerate(values)]
+    return quantile(np.concatenate(after), 0.999) / quantile(np.concatenate(values), 0.999)
+
+
+def run_row(job: "tuple[Case, str, int, int, float]") -> str:
+    case, design, trials, seed, window_seconds = job
+    rng = np.random.default_rng(seed)
+    started = time.perf_counter()
+    if case.recording:
+        recorded, recorded_seconds = load_recorded(case.recording)
+        merge = max(1, round(window_seconds / recorded_seconds))
+        # Evenly spread starts, not random ones: random starts repeat (a thousand of them in 1,199
+        # windows), and a repeated start replays the very same step.
+        make = lambda trial: RecordedSource(recorded, trial * len(recorded) // trials, case.effect,  # noqa: E731
+                                            recorded_seconds, merge, rng)
+    else:
+        make = lambda trial: SyntheticSource(rng, case.rate, case.drift, case.effect, window_seconds)  # noqa: E731
+    share, undecided, seconds = run_case(design, make, trials, case.steps)
+    rate = "rec" if case.recording else str(case.rate)
+    ratio = "" if case.steps > 1 else f"x{p999_ratio(case, seed, window_seconds):.2f}"
+    return (f"{design:<11} {rate:>6}  {case.label:<46} {ratio:>7} {share:>10.1%} {undecided:>12.1%} {seconds:>8.0f}"
+            f"   ({time.perf_counter() - started:.0f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=1000)
@@ -230,45 +317,27 @@ def main() -> None:
     parser.add_argument("--max-blocks", type=int, default=DEFAULT_VERIFY.max_blocks, help="(explore)")
     parser.add_argument("--confidence", type=float, default=DEFAULT_VERIFY.confidence, help="(explore)")
     parser.add_argument("--design", nargs="+", default=["switchback", "fixed"], choices=["switchback", "fixed"])
+    parser.add_argument("--only", help="rows whose label holds this text")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="rows run side by side")
     parser.add_argument("--recorded", nargs="*", default=["bench/data/canary8k_quiet.npz",
-                                                           "bench/data/canary8k_jobs.npz"],
+                                                           "bench/data/canary8k_jobs.npz",
+                                                           "bench/data/pinned_quiet.npz"],
                         help="recordings of bench/record_windows.py, replayed at --window-seconds")
     args = parser.parse_args()
     global VERIFY, SWITCHBACK
     VERIFY = dataclasses.replace(DEFAULT_VERIFY, block_windows=args.block_windows, max_blocks=args.max_blocks)
     SWITCHBACK = dataclasses.replace(VERIFY.switchback_settings(), confidence=args.confidence)
-    cases = [("A/A bursty", "none", 1.0, 1, 0), ("A/A bursty, linear drift", "linear", 1.0, 1, 0),
-             ("A/A bursty, exponential drift", "exp", 1.0, 1, 0), ("2x regression, bursty", "none", 2.0, 1, 0),
-             ("1.5x regression, bursty", "none", 1.5, 1, 0), ("100x improvement, bursty", "none", 0.01, 1, 0),
-             ("0.2% of waits 300 ms (RT cut), bursty", "none", 1.0, 1, 0.002),
-             ("five harmless steps, exponential drift", "exp", 1.0, 5, 0)]
-    print(f"{args.trials} trials per case; windows of {args.window_seconds:g} s")
-    print(f"{'design':<11} {'ev/s':>6}  {'case':<40} {'regression':>10} {'inconclusive':>12} {'seconds':>8}")
-    for design in args.design:
-        for rate in args.rate:
-            for label, drift_kind, effect, steps, stalls in cases:
-                rng = np.random.default_rng(args.seed)
-                started = time.perf_counter()
-                share, undecided, seconds = run_case(
-                    design, lambda trial: SyntheticSource(rng, rate, drift_kind, effect, args.window_seconds, stalls),
-                    args.trials, steps)
-                print(f"{design:<11} {rate:>6}  {label:<40} {share:>10.1%} {undecided:>12.1%} {seconds:>8.0f}"
-                      f"   ({time.perf_counter() - started:.0f} s)", flush=True)
-        for path in args.recorded:
-            loaded = load_recorded(path)
-            if loaded is None:
-                print(f"({path} not found: record it with bench/record_windows.py)")
-                continue
-            recorded, recorded_seconds = loaded
-            merge = max(1, round(args.window_seconds / recorded_seconds))
-            rng = np.random.default_rng(args.seed)
-            for effect, steps, name in ((1.0, 1, "A/A"), (2.0, 1, "2x regression"), (1.0, 5, "five harmless steps")):
-                share, undecided, seconds = run_case(
-                    design, lambda trial: RecordedSource(recorded, int(rng.integers(len(recorded))), effect,
-                                                         recorded_seconds, merge), args.trials, steps)
-                label = f"{name}, {path.rsplit('/', 1)[-1]}"
-                print(f"{design:<11} {'rec':>6}  {label:<40} {share:>10.1%} {undecided:>12.1%} {seconds:>8.0f}",
-                      flush=True)
+    recordings = [p for p in args.recorded if load_recorded(p) is not None]
+    for path in sorted(set(args.recorded) - set(recordings)):
+        print(f"({path} not found: record it with bench/record_windows.py)")
+    rows = [c for c in cases(args.rate, recordings) if not args.only or args.only in c.label]
+    jobs = [(case, design, args.trials, args.seed, args.window_seconds) for design in args.design for case in rows]
+    print(f"{args.trials} trials per case; windows of {args.window_seconds:g} s; \"p999\": the step's effect on the "
+          "pooled p999, without noise")
+    print(f"{'design':<11} {'ev/s':>6}  {'case':<46} {'p999':>7} {'regression':>10} {'inconclusive':>12} {'seconds':>8}")
+    with multiprocessing.Pool(args.jobs) as pool:  # forked: the settings above go with each worker
+        for line in pool.imap(run_row, jobs):
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

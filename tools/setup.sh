@@ -13,7 +13,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
             python3-bpfcc python3-venv linux-headers-amd64 rt-tests >/dev/null
     fi
     # BCC compiles against kernel headers; this VM kernel has no package of its
-    # own, so point the module build links at Debian's (see KERNEL-NOTES.md).
+    # own, so point the module build links at Debian's. They belong to another build: tuned-rl's
+    # programs read task_struct fields only at offsets the running kernel's BTF gives.
     kver=$(uname -r)
     if [ ! -e "/lib/modules/$kver/build/include" ]; then
         hdr=$(ls -d /usr/src/linux-headers-*-amd64 | sort -V | tail -n 1)

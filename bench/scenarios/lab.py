@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,11 +41,13 @@ class Outcome:
     def row(self) -> str:
         def ms(us):
             return "-" if us is None else f"{us / 1000:.2f} ms"
+        verdict = self.report["steps"][-1].get("verdict") or {} if self.report.get("steps") else {}
+        measured = f"{verdict['seconds']:5.1f} s" if verdict.get("seconds") is not None else f"{'-':>7}"
         return (f"{self.scenario:<16} {ms(self.before_p999_us):>11} {ms(self.after_p999_us):>11} "
-                f"{self.decision:<13} {self.seconds:6.1f} s  {'yes' if self.host_restored else 'NO'}")
+                f"{self.decision:<13} {self.seconds:6.1f} s {measured}  {'yes' if self.host_restored else 'NO'}")
 
 
-HEADER = f"{'scenario':<16} {'before p999':>11} {'after p999':>11} {'decision':<13} {'time':>8}  restored"
+HEADER = f"{'scenario':<16} {'before p999':>11} {'after p999':>11} {'decision':<13} {'time':>8} {'measured':>8}  restored"
 
 
 @contextmanager
@@ -191,13 +194,17 @@ def main_runs(run, row=Outcome.row) -> None:
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
     print(HEADER, flush=True)
-    decisions = []
+    decisions, seconds, measured = [], [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
             result = run(Path(state))
         decisions.append(result.decision)
+        seconds.append(result.seconds)
+        measured.append((result.report["steps"][-1].get("verdict") or {}).get("seconds") or 0.0)
         print(row(result), flush=True)
-    print(", ".join(f"{d} {decisions.count(d)}" for d in sorted(set(decisions))) + f" of {args.runs}")
+        print(f"  {result.report['steps'][-1]['reason']}", flush=True)
+    print(", ".join(f"{d} {decisions.count(d)}" for d in sorted(set(decisions))) + f" of {args.runs}; median "
+          f"{statistics.median(seconds):.1f} s an apply, {statistics.median(measured):.1f} s of it measuring")
 
 
 def measure(target: str, seconds: float, state_dir: Path) -> dict:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -108,11 +109,12 @@ def main() -> None:
     parser.add_argument("--show-effect", action="store_true")
     args = parser.parse_args()
     print(HEADER, flush=True)
-    decisions = []
+    decisions, seconds = [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
             result = run(Path(state), args.target, args.spin_ms, args.every_s, args.cpu, args.show_effect)
         decisions.append(result.decision)
+        seconds.append(result.seconds)
         print(result.row(), flush=True)
         step = result.report["steps"][-1]
         print(f"  {step['reason']}", flush=True)
@@ -120,7 +122,8 @@ def main() -> None:
             print(f"  {line}", flush=True)
         if result.value_after_apply != "SCHED_IDLE" and result.decision == "reverted":
             print(f"  NOT PUT BACK when apply returned: policy {result.value_after_apply}", flush=True)
-    print(", ".join(f"{d} {decisions.count(d)}" for d in sorted(set(decisions))) + f" of {args.runs}")
+    print(", ".join(f"{d} {decisions.count(d)}" for d in sorted(set(decisions))) + f" of {args.runs}; median "
+          f"{statistics.median(seconds):.1f} s an apply")
 
 
 if __name__ == "__main__":

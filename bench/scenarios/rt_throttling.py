@@ -5,7 +5,7 @@ Two SCHED_FIFO actors at 80% duty share a cpu cgroup whose RT budget is 500000 o
 canary in it waits up to hundreds of milliseconds. The profile raises the budget
 to 950000; tuned-rl measures before and after and keeps the step.
 
-    sudo .venv/bin/python bench/scenarios/rt_throttling.py
+    sudo .venv/bin/python bench/scenarios/rt_throttling.py [--runs 20]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import CPU, Outcome, apply_profile, cgroup, main_once, outcome_of, rollback, rt_actors  # noqa: E402
+from lab import CPU, Outcome, apply_profile, cgroup, main_once, main_runs, outcome_of, rollback, rt_actors  # noqa: E402
 
 NAME = "tuned-rl-lab-rt"
 PROFILE = """\
@@ -22,7 +22,7 @@ PROFILE = """\
 name = "lab-{scenario}"
 
 [target]
-# Four threads waking every 2 ms, as in KERNEL-NOTES.md: 2,000 events a second, of which a
+# Four threads waking every 2 ms: 2,000 events a second, of which a
 # throttled second holds a few of hundreds of milliseconds, inside the p999.
 canary = true
 canary_period_us = 2000
@@ -56,4 +56,4 @@ def run(state_dir: Path) -> Outcome:
 
 
 if __name__ == "__main__":
-    main_once(run)
+    main_runs(run) if "--runs" in sys.argv else main_once(run)
