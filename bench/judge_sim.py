@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import multiprocessing
 import os
 import time
@@ -316,6 +317,8 @@ def main() -> None:
     parser.add_argument("--block-windows", type=int, default=DEFAULT_VERIFY.block_windows, help="(explore)")
     parser.add_argument("--max-blocks", type=int, default=DEFAULT_VERIFY.max_blocks, help="(explore)")
     parser.add_argument("--confidence", type=float, default=DEFAULT_VERIFY.confidence, help="(explore)")
+    parser.add_argument("--tail-alternative", type=float, help="(explore) the futility test's metric-tail "
+                        "alternative, as a ratio (the default's is 3)")
     parser.add_argument("--design", nargs="+", default=["switchback", "fixed"], choices=["switchback", "fixed"])
     parser.add_argument("--only", help="rows whose label holds this text")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="rows run side by side")
@@ -327,6 +330,8 @@ def main() -> None:
     global VERIFY, SWITCHBACK
     VERIFY = dataclasses.replace(DEFAULT_VERIFY, block_windows=args.block_windows, max_blocks=args.max_blocks)
     SWITCHBACK = dataclasses.replace(VERIFY.switchback_settings(), confidence=args.confidence)
+    if args.tail_alternative:
+        SWITCHBACK = dataclasses.replace(SWITCHBACK, tail_alternative=math.log(args.tail_alternative))
     recordings = [p for p in args.recorded if load_recorded(p) is not None]
     for path in sorted(set(args.recorded) - set(recordings)):
         print(f"({path} not found: record it with bench/record_windows.py)")

@@ -84,19 +84,21 @@ def test_rare_long_waits_the_step_adds_are_a_regression_the_broad_tail_misses():
     assert verdict.statistic == "the slowest 0.1%" and verdict.reason.startswith("the slowest 0.1% x")
 
 
-def test_a_step_that_trades_rare_stalls_for_middling_waits_is_judged_on_the_metric():
+@pytest.mark.parametrize("stall_ms, rule", [(300, "large improvement"), (9, "tail bounded")])
+def test_a_step_that_trades_rare_stalls_for_middling_waits_is_judged_on_the_metric(stall_ms, rule):
     # FIFO removal under an RT budget: without the step, a few stalls of 300 ms (p999 huge);
     # with it, 5% of events wait 8 ms behind FIFO actors (p99 worse) and the stalls are gone.
+    # Stalls of 9 ms: the metric's tail hardly better, and bounded within the tolerance.
     def trade(b):
         windows = blocks_of(1.0, b, seed=3)
         for w in windows:
             if w.with_step:
                 w.values[: len(w.values) // 20] = 8_000_000
             else:
-                w.values[:8] = 300_000_000
+                w.values[:8] = stall_ms * 1_000_000
         return windows
     verdict, _ = decide(trade)
-    assert verdict.outcome == NO_REGRESSION and verdict.rule == "tail bounded", verdict.reason
+    assert verdict.outcome == NO_REGRESSION and verdict.rule == rule, verdict.reason
     assert "the slowest 5% is x" in verdict.reason and "the p999 decides" in verdict.reason
     assert verdict.statistic == "the slowest 0.1%"
 
