@@ -94,8 +94,8 @@ def test_a_harmless_step_is_kept(tmp_path):
 
 
 def test_a_five_step_profile_is_verified_step_by_step_and_stops_early_where_it_can(tmp_path):
-    # How long five steps take is a bench figure (five_steps.py; README: 53-113 s in a noisy
-    # hour, when harmless steps run to the last block and are reported inconclusive, and kept).
+    # How long five steps take is a bench figure (five_steps.py; README: 53-113 s, median 62 s,
+    # in noisy hours, when harmless steps run to the last block and are reported inconclusive).
     # Here: each step judged on its own, none of these harmless steps reverted (one allowed: one
     # of 75 harmless steps in the lab runs was a false regression, 0.1% in simulation), the
     # sequential stop used where the noise allows, and everything put back.
