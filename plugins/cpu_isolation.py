@@ -198,26 +198,37 @@ def _v2_changes(host, mount: str, latency, housekeeping, workload, pins, notes: 
 def _narrowed_cpusets(host, mount: str, latency, housekeeping, notes: list[str], ours: tuple) -> list[Change]:
     """Changes narrowing every cpuset below ``mount`` (but ours) that names a latency CPU, deepest first."""
     found = []
-
-    def walk(directory: str, depth: int) -> None:
-        for child in host.subdirs(directory):
-            if depth == 0 and child.rsplit("/", 1)[1] in ours:
-                continue
-            walk(child, depth + 1)
-            if not host.exists(f"{child}/cpuset.cpus"):
-                continue
-            current = host.read(f"{child}/cpuset.cpus")
-            cpus = parse_cpu_list(current) if current.strip() else set()
-            if not cpus & latency:
-                continue
-            if not cpus - latency:
-                notes.append(f"{child} has only latency CPUs ({current}): left as it is, and its tasks with them")
-                continue
-            found.append(Change("cgroup_dir", child, {"cpuset.cpus": current},
-                                {"cpuset.cpus": format_cpu_list(cpus & housekeeping or cpus - latency)}))
-
-    walk(mount, 0)
+    for child in _below_deepest_first(host, mount, ours):
+        if not host.exists(f"{child}/cpuset.cpus"):
+            continue
+        current = host.read(f"{child}/cpuset.cpus")
+        cpus = parse_cpu_list(current) if current.strip() else set()
+        if not cpus & latency:
+            continue
+        if not cpus - latency:
+            notes.append(f"{child} has only latency CPUs ({current}): left as it is, and its tasks with them")
+            continue
+        found.append(Change("cgroup_dir", child, {"cpuset.cpus": current},
+                            {"cpuset.cpus": format_cpu_list(cpus & housekeeping or cpus - latency)}))
     return found
+
+
+def _below_deepest_first(host, mount: str, ours: tuple) -> list[str]:
+    """Every directory below ``mount`` but ours, each after all of its own (children before parents).
+    A loop, not recursion: a delegated subtree can nest cgroups deeper than Python's recursion limit
+    (about 950 levels raised RecursionError)."""
+    order: list[str] = []
+    stack: list[tuple[str, bool]] = [(mount, False)]
+    while stack:
+        directory, expanded = stack.pop()
+        if expanded:
+            if directory != mount:
+                order.append(directory)
+            continue
+        stack.append((directory, True))
+        children = [c for c in host.subdirs(directory) if not (directory == mount and c.rsplit("/", 1)[1] in ours)]
+        stack += [(child, False) for child in reversed(children)]
+    return order
 
 
 def _v2_cpuset_mount(host) -> str | None:

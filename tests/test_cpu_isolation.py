@@ -216,3 +216,32 @@ def test_a_canary_target_cannot_be_placed(cgroup_tree, cli, profile_file):
 def test_the_isolation_tables_must_split_the_cpus_alike(cgroup_tree, cli, profile_file):
     status, _, err = cli("apply", profile_file(PROFILE + '\n[irq_isolation]\nlatency_cpus = "0"\n'))
     assert status == 2 and "split the CPUs differently" in err
+
+
+def test_v2_a_delegated_subtree_nested_deeper_than_pythons_recursion_limit_is_narrowed(cgroup_tree, cli,
+                                                                                      profile_file):
+    # A user with a delegated subtree can nest cgroups as deep as they like: 1,200 levels here.
+    tree = cgroup_tree
+    tree.set("/proc/self/mounts", MOUNTS_V2_ONLY)
+    tree.set(f"{V2}/cgroup.controllers", "cpuset cpu io memory pids")
+    tree.set(f"{V2}/cgroup.subtree_control", "cpuset cpu memory pids")
+    tree.set(f"{V2}/cgroup.procs", "")
+    deepest = f"{V2}/user.slice" + "/d" * 1200
+    directory = tree.root / V2.lstrip("/") / "user.slice"
+    directory.mkdir(parents=True)
+    for _ in range(1200):  # one level at a time: pathlib's own mkdir(parents=True) recurses
+        directory = directory / "d"
+        directory.mkdir()
+    (directory / "cpuset.cpus").write_text("0-1\n")
+    tree.add_process(100, "model", cgroups={"": "/system.slice/model.service"})
+    try:
+        status, out, err = cli("apply", profile_file(PROFILE), "--dry-run", "--json")
+    finally:  # one level at a time again: shutil.rmtree recurses too
+        (directory / "cpuset.cpus").unlink()
+        for _ in range(1200):
+            directory.rmdir()
+            directory = directory.parent
+    assert status == 0, err
+    changes = {c["target"]: c for c in json.loads(out)["steps"][0]["changes"]}
+    assert changes[deepest]["before"] == "present, cpuset.cpus=0-1"
+    assert changes[deepest]["after"] == "present, cpuset.cpus=0"
