@@ -30,6 +30,9 @@ MALFORMED = {
     "cgroup-is-the-root": ('[rt_runtime]\ncgroup = "/"\ncgroup_runtime_us = 1\n', "rt_runtime.cgroup", "not the root"),
     "canary-cpus-offline": ('[target]\ncanary = true\ncanary_cpus = "7-99"\n', "target.canary_cpus",
                             "CPUs 7-99 of '7-99' are not online on this host (online: 0-1)"),
+    # Refused before a set of four billion CPUs is built (that took minutes and gigabytes).
+    "canary-cpus-four-billion": ('[target]\ncanary = true\ncanary_cpus = "0-4000000000"\n', "target.canary_cpus",
+                                 "it names CPU 4000000000, and Linux has at most 8192"),
     "canary-cpus-not-a-list": ('[target]\ncanary = true\ncanary_cpus = "one"\n', "target.canary_cpus",
                                "not a CPU list"),
     "target-name-not-a-regex": ('[target]\nname = "ray::("\n', "target.name", "not a regular expression"),

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 
+# The most CPUs a Linux kernel can be built for (x86-64's CONFIG_NR_CPUS with MAXSMP, arch/x86/Kconfig):
+# a list or mask naming a CPU beyond it is refused before any set of that size is built.
+MAX_CPUS = 8192
+
+
 def parse_cpu_list(text: str) -> set[int]:
-    """"0-2,5" -> {0, 1, 2, 5}; raises ValueError on anything else (an empty list too)."""
+    """"0-2,5" -> {0, 1, 2, 5}; raises ValueError on anything else (an empty list too, and a CPU
+    number of MAX_CPUS or more: "0-4000000000" would build a set of four billion)."""
     cpus: set[int] = set()
     for part in text.split(","):
         low, sep, high = part.strip().partition("-")
         if not low.isdigit() or (sep and not high.isdigit()) or (sep and int(high) < int(low)):
             raise ValueError(f"not a CPU list: {text!r}")
-        cpus.update(range(int(low), int(high if sep else low) + 1))
+        last = int(high if sep else low)
+        if last >= MAX_CPUS:
+            raise ValueError(f"not a CPU list: {text[:80]!r} names CPU {last}, and Linux has at most {MAX_CPUS}")
+        cpus.update(range(int(low), last + 1))
     return cpus
 
 
@@ -30,10 +39,12 @@ def parse_cpu_mask(text: str) -> set[int]:
     digits = text.strip().replace(",", "")
     if digits.lower().startswith("0x"):
         digits = digits[2:]
+    if len(digits) > MAX_CPUS // 4:
+        raise ValueError(f"not a CPU mask: {text[:80]!r} is longer than {MAX_CPUS} CPUs")
     try:
         value = int(digits or "0", 16)
     except ValueError:
-        raise ValueError(f"not a CPU mask: {text!r}") from None
+        raise ValueError(f"not a CPU mask: {text[:80]!r}") from None
     return {bit for bit in range(value.bit_length()) if value >> bit & 1}
 
 

@@ -46,8 +46,9 @@ class CpuList(ValueType):
     def check(self, value, host):
         try:
             cpus = parse_cpu_list(value)
-        except ValueError:
-            return f"{value!r} is not a CPU list (such as \"0-1,4\")"
+        except ValueError as error:
+            beyond = str(error).partition(" names ")[2]  # a CPU number no kernel has
+            return f"{value[:80]!r} is not a CPU list (such as \"0-1,4\")" + (f": it names {beyond}" if beyond else "")
         online = _online_cpus(host)
         if online is not None and not cpus <= online:
             return (f"CPUs {format_cpu_list(cpus - online)} of {value!r} are not online on this host "
