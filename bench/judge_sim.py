@@ -275,12 +275,12 @@ def cases(rates: list[int], recordings: list[str]) -> list[Case]:
     return rows
 
 
-def p999_ratio(case: Case, seed: int, window_seconds: float) -> float:
-    """What the step does to the pooled p999, without noise: the effect the verdict is asked to see."""
+def p999_ratio(case: Case, seed: int, recorded: "tuple[list[np.ndarray], float] | None") -> float:
+    """What the step does to the pooled p999, without noise: the effect the verdict is asked to see
+    (on the case's recording, ``recorded``, if it has one)."""
     rng = np.random.default_rng(seed)
-    if case.recording:
-        recorded, seconds = load_recorded(case.recording)
-        values = recorded
+    if recorded:
+        values, seconds = recorded
     else:
         seconds = 1.0
         values = [heavy_tail(rng, case.rate) for _ in range(300)]
@@ -292,8 +292,9 @@ def run_row(job: "tuple[Case, str, int, int, float]") -> str:
     case, design, trials, seed, window_seconds = job
     rng = np.random.default_rng(seed)
     started = time.perf_counter()
-    if case.recording:
-        recorded, recorded_seconds = load_recorded(case.recording)
+    loaded = load_recorded(case.recording) if case.recording else None
+    if loaded:
+        recorded, recorded_seconds = loaded
         merge = max(1, round(window_seconds / recorded_seconds))
         # Evenly spread starts, not random ones: random starts repeat (a thousand of them in 1,199
         # windows), and a repeated start replays the very same step.
@@ -303,7 +304,7 @@ def run_row(job: "tuple[Case, str, int, int, float]") -> str:
         make = lambda trial: SyntheticSource(rng, case.rate, case.drift, case.effect, window_seconds)  # noqa: E731
     share, undecided, seconds = run_case(design, make, trials, case.steps)
     rate = "rec" if case.recording else str(case.rate)
-    ratio = "" if case.steps > 1 else f"x{p999_ratio(case, seed, window_seconds):.2f}"
+    ratio = "" if case.steps > 1 else f"x{p999_ratio(case, seed, loaded):.2f}"
     return (f"{design:<11} {rate:>6}  {case.label:<46} {ratio:>7} {share:>10.1%} {undecided:>12.1%} {seconds:>8.0f}"
             f"   ({time.perf_counter() - started:.0f} s)")
 

@@ -38,11 +38,16 @@ class Outcome:
     differences: list[str] | None = None  # what the rollback did not put back (placement scenarios)
     steal_ms: dict[int, float] | None = None  # per CPU: time the hypervisor ran something else meanwhile
 
+    @property
+    def measured_seconds(self) -> float | None:
+        """The last step's seconds of measurement (None for a step nothing measured)."""
+        steps = self.report.get("steps")
+        return ((steps[-1].get("verdict") or {}).get("seconds")) if steps else None
+
     def row(self) -> str:
         def ms(us):
             return "-" if us is None else f"{us / 1000:.2f} ms"
-        verdict = self.report["steps"][-1].get("verdict") or {} if self.report.get("steps") else {}
-        measured = f"{verdict['seconds']:5.1f} s" if verdict.get("seconds") is not None else f"{'-':>7}"
+        measured = f"{self.measured_seconds:5.1f} s" if self.measured_seconds is not None else f"{'-':>7}"
         return (f"{self.scenario:<16} {ms(self.before_p999_us):>11} {ms(self.after_p999_us):>11} "
                 f"{self.decision:<13} {self.seconds:6.1f} s {measured}  {'yes' if self.host_restored else 'NO'}")
 
@@ -200,7 +205,7 @@ def main_runs(run, row=Outcome.row) -> None:
             result = run(Path(state))
         decisions.append(result.decision)
         seconds.append(result.seconds)
-        measured.append((result.report["steps"][-1].get("verdict") or {}).get("seconds") or 0.0)
+        measured.append(result.measured_seconds or 0.0)
         print(row(result), flush=True)
         print(f"  {result.report['steps'][-1]['reason']}", flush=True)
     print(", ".join(f"{d} {decisions.count(d)}" for d in sorted(set(decisions))) + f" of {args.runs}; median "

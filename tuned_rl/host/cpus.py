@@ -8,6 +8,14 @@ from __future__ import annotations
 MAX_CPUS = 8192
 
 
+class BeyondMaxCpus(ValueError):
+    """A CPU list naming a CPU number no Linux kernel has (``cpu``)."""
+
+    def __init__(self, text: str, cpu: int):
+        super().__init__(f"not a CPU list: {text[:80]!r} names CPU {cpu}, and Linux has at most {MAX_CPUS}")
+        self.cpu = cpu
+
+
 def parse_cpu_list(text: str) -> set[int]:
     """"0-2,5" -> {0, 1, 2, 5}; raises ValueError on anything else (an empty list too, and a CPU
     number of MAX_CPUS or more: "0-4000000000" would build a set of four billion)."""
@@ -18,7 +26,7 @@ def parse_cpu_list(text: str) -> set[int]:
             raise ValueError(f"not a CPU list: {text!r}")
         last = int(high if sep else low)
         if last >= MAX_CPUS:
-            raise ValueError(f"not a CPU list: {text[:80]!r} names CPU {last}, and Linux has at most {MAX_CPUS}")
+            raise BeyondMaxCpus(text, last)
         cpus.update(range(int(low), last + 1))
     return cpus
 

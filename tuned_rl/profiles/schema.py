@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
-from tuned_rl.host.cpus import format_cpu_list, parse_cpu_list
+from tuned_rl.host.cpus import MAX_CPUS, BeyondMaxCpus, format_cpu_list, parse_cpu_list
 
 if TYPE_CHECKING:
     from tuned_rl.host import Host
@@ -46,9 +46,11 @@ class CpuList(ValueType):
     def check(self, value, host):
         try:
             cpus = parse_cpu_list(value)
-        except ValueError as error:
-            beyond = str(error).partition(" names ")[2]  # a CPU number no kernel has
-            return f"{value[:80]!r} is not a CPU list (such as \"0-1,4\")" + (f": it names {beyond}" if beyond else "")
+        except BeyondMaxCpus as error:
+            return (f"{value[:80]!r} is not a CPU list (such as \"0-1,4\"): it names CPU {error.cpu}, and Linux has "
+                    f"at most {MAX_CPUS}")
+        except ValueError:
+            return f"{value!r} is not a CPU list (such as \"0-1,4\")"
         online = _online_cpus(host)
         if online is not None and not cpus <= online:
             return (f"CPUs {format_cpu_list(cpus - online)} of {value!r} are not online on this host "
