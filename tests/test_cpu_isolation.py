@@ -8,6 +8,7 @@ import pytest
 
 from helpers import MOUNTS_V2_ONLY, CgroupTreeHost, refuse_writes
 from tuned_rl.host.processes import PF_KTHREAD, PF_NO_SETAFFINITY
+from tuned_rl.measure.targets import Target, resolve_tids
 
 CPUSET = "/sys/fs/cgroup/cpuset"
 V2 = "/sys/fs/cgroup"
@@ -245,3 +246,44 @@ def test_v2_a_delegated_subtree_nested_deeper_than_pythons_recursion_limit_is_na
     changes = {c["target"]: c for c in json.loads(out)["steps"][0]["changes"]}
     assert changes[deepest]["before"] == "present, cpuset.cpus=0-1"
     assert changes[deepest]["after"] == "present, cpuset.cpus=0"
+
+
+def test_another_users_process_named_like_the_workload_is_not_placed_pinned_or_measured(cgroup_tree, cli,
+                                                                                       profile_file):
+    tree = cgroup_tree
+    tree.set("/sys/devices/system/cpu/online", "0-3")
+    v1_host(tree)
+    tree.set(f"{CPUSET}/cpuset.cpus", "0-3")
+    tree.set("/etc/passwd", "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n")
+    tree.add_process(500, "model", (501,), uid=65534, cgroups={"cpu": "/", "cpuset": "/"}, start_time=8000)
+    tree.set("/proc/500/task/501/stat", tree.get("/proc/500/task/501/stat").replace("(model)", "(actor-9)"))
+    profile = profile_file(PROFILE.replace('"1"', '"1-3"') + '\n[cpu_isolation.pin]\n"^actor" = "2-3"\n')
+    dry = json.loads(cli("apply", profile, "--dry-run", "--json")[1])
+    assert ("not the target: pid 500 (model) matches [target] name '^model$' but runs as nobody, not one of "
+            "[target] users (root)") in dry["notes"]
+    status, out, err = cli("apply", profile, "--json")
+    assert status == 0, err
+    assert cgroup_of(tree, 100) == "/tuned-rl-workload" and tree.host.process(101).affinity == "2"
+    assert cgroup_of(tree, 500) == "/tuned-rl-housekeeping"  # moved off the latency CPUs like any other task
+    assert tree.host.process(501).affinity == "0-1"  # not pinned
+    assert resolve_tids(tree.host, Target("name", "^model$")) == {100, 101, 102}
+    assert resolve_tids(tree.host, Target("name", "^model$", ("root", "nobody"))) == {100, 101, 102, 500, 501}
+    assert cli("rollback")[0] == 0
+
+
+def test_a_process_that_is_root_in_one_user_id_only_is_not_roots(cgroup_tree):
+    tree = cgroup_tree
+    tree.add_process(600, "model")
+    tree.set("/proc/600/status", tree.get("/proc/600/status").replace("Uid:\t0\t0\t0\t0", "Uid:\t1000\t0\t0\t0"))
+    assert resolve_tids(tree.host, Target("name", "^model$")) == set()  # a setuid-root program a user started
+    assert resolve_tids(tree.host, Target("name", "^model$", ("root", "1000"))) == {600}
+
+
+@pytest.mark.parametrize("table, message", [
+    ('[target]\npid = 1\nusers = ["root"]\n', "users goes with a name target"),
+    ('[target]\nname = "x"\nusers = ["no-such-account"]\n', "no account 'no-such-account' on this host"),
+    ('[target]\nname = "x"\nusers = []\n', "names no user"),
+])
+def test_target_users_that_cannot_work_exit_2(cgroup_tree, cli, profile_file, table, message):
+    status, _, err = cli("apply", profile_file(table + '\n[sysctl]\n"vm.swappiness" = 10\n'), "--dry-run")
+    assert status == 2 and message in err, err

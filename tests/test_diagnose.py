@@ -302,3 +302,35 @@ def test_replay_of_a_target_by_pid_warns_in_the_profile():
     diagnosis = replay(recorded("noisy"), Target("pid", "1234"))
     text = write_profile("d", diagnosis.target, None, diagnosis.findings, diagnosis.latency)
     assert "A pid changes when the workload restarts" in text and tomllib.loads(text)["target"] == {"pid": 1234}
+
+
+def test_a_hog_named_like_a_system_daemon_yields_a_matcher_that_spares_the_daemon(tree, cli, profile_file):
+    # A user's CPU hog calls itself sshd; root's sshd runs too. The written profile must evict the hog only.
+    held = [(1, "task", 700, 900), (1, "task", 5, 100)]
+    evidence = _evidence(held)
+    hog = next(h for h in evidence.ranking.holders if h.key == "pid 700")
+    hog.info = HolderInfo(700, "sshd", "sshd: burn -c 0", "nobody", "/", "SCHED_OTHER:0")
+    findings = find_causes(evidence)
+    text = write_profile("diagnosed", Target("name", "^w$"), None, findings, evidence.latency)
+    [matcher] = [m for m in tomllib.loads(text)["offline_eviction"]["match"] if m["user"] == "nobody"]
+    assert matcher == {"user": "nobody", "name": "^sshd$", "cmdline": "^sshd:\\ burn\\ \\-c\\ 0$"}
+    tree.set("/etc/passwd", "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n")
+    tree.add_process(300, "sshd", cmdline="sshd: /usr/sbin/sshd -D [listener]")
+    tree.add_process(700, "sshd", uid=65534, cmdline="sshd: burn -c 0")
+    tree.add_process(701, "sshd", uid=65534, cmdline="sshd: /usr/sbin/sshd -D [listener]")
+    dry = json.loads(cli("apply", profile_file(text), "--dry-run", "--json")[1])
+    eviction = next(s for s in dry["steps"] if s["plugin"] == "offline_eviction")
+    assert [c["target"].split()[1] for c in eviction["changes"] if "process_cgroup" in c["target"]] == ["700"]
+
+
+def test_control_characters_in_a_holders_name_are_escaped_in_the_profile_and_it_still_parses():
+    held = [(1, "task", 700, 900), (1, "task", 5, 100)]
+    evidence = _evidence(held)
+    hog = next(h for h in evidence.ranking.holders if h.key == "pid 700")
+    hog.name = "x\n[sysctl]\x1b[2J"
+    hog.info = HolderInfo(700, hog.name, "x\n[sysctl]\x1b[2J \"q\"", "nobody", "/a\nb", "SCHED_OTHER:0")
+    text = write_profile("diagnosed", Target("name", "^w$"), None, find_causes(evidence), evidence.latency)
+    tables = tomllib.loads(text)
+    assert "sysctl" not in tables and "\x1b" not in text
+    [matcher] = [m for m in tables["offline_eviction"]["match"] if m["user"] == "nobody"]
+    assert re.search(matcher["cmdline"], "x\n[sysctl]\x1b[2J \"q\"") and re.search(matcher["name"], hog.name)

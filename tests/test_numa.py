@@ -179,3 +179,12 @@ def test_exec_takes_its_node_from_a_profile_and_refuses_a_gpu_this_host_lacks(tm
     result = subprocess.run([sys.executable, "-m", "tuned_rl.cli", "exec", "--gpu", "0000:ff:1f.7", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "no PCI device" in result.stderr
+
+
+def test_another_users_process_named_like_the_workload_is_not_bound(two_nodes, cli, profile_file):
+    two_nodes.add_process(500, "model", (501,), uid=65534, affinity="0-3", start_time=900)
+    two_nodes.set("/proc/500/numa_maps", MAPS)
+    dry = json.loads(cli("apply", profile_file(PROFILE.format(gpu="nvidia0")), "--dry-run", "--json")[1])
+    [step] = dry["steps"]
+    assert {c["target"].split()[1] for c in step["changes"]} == {"100", "101"}
+    assert any(n.startswith("not the target: pid 500 (model)") and "runs as 65534" in n for n in dry["notes"])

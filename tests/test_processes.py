@@ -58,8 +58,9 @@ def test_a_process_that_is_gone_is_task_gone(busy_tree):
 
 
 def test_targets_by_name_use_the_process_api(busy_tree, monkeypatch):
-    assert resolve_tids(busy_tree.host, Target("name", r"^ray::")) == {400, 401, 402}
-    assert resolve_tids(busy_tree.host, Target("name", r"--actor 3")) == {400, 401, 402}  # the command line
+    ray = ("root", "1000")  # the actor runs as uid 1000
+    assert resolve_tids(busy_tree.host, Target("name", r"^ray::", ray)) == {400, 401, 402}
+    assert resolve_tids(busy_tree.host, Target("name", r"--actor 3", ray)) == {400, 401, 402}  # the command line
     assert resolve_tids(busy_tree.host, Target("pid", "400")) == {400, 401, 402}
 
 

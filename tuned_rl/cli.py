@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--window-seconds", type=_positive(float), default=1.0,
                          help="length of each window (default %(default)s)")
     measure.add_argument("--probe", choices=PROBE_CHOICES, default="auto", help="default %(default)s")
+    measure.add_argument("--user", action="append", metavar="USER",
+                         help="with name:REGEX, an account whose processes may be the target (repeat for more; "
+                              "default root): another user's process of that name is left out")
     _add_canary_arguments(measure)
     diagnose = commands.add_parser(
         "diagnose", help="who the workload waits behind, which known cause is present, and a profile that fixes it",
@@ -82,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "checked against that GPU's NUMA node")
     diagnose.add_argument("--save-raw", metavar="PATH",
                           help="also save the probe's sums and the facts read, as JSON (to attach to a report)")
+    diagnose.add_argument("--user", action="append", metavar="USER",
+                         help="with name:REGEX, an account whose processes may be the target (repeat for more; "
+                              "default root): another user's process of that name is left out")
     _add_canary_arguments(diagnose)
     run = commands.add_parser("exec", help="run a command bound to one NUMA node's CPUs and memory",
                               description="As `numactl --cpunodebind N --membind N`: CPU affinity to the node's "
@@ -394,8 +401,10 @@ def _said_target_problems(host: Host, args) -> bool:
     """Print what is wrong with --target and the canary options, as options; True if anything is."""
     problems = _measure_problems(host, args)
     for problem in problems:
-        print(f"tuned-rl: {problem.key.replace('target.', '--', 1).replace('_', '-')}: {problem.message}",
-              file=sys.stderr)
+        key = "--user" if problem.key == "target.users" else problem.key.replace('target.', '--', 1).replace('_', '-')
+        print(f"tuned-rl: {key}: {problem.message}", file=sys.stderr)
+    if not problems and args.user:
+        args.target = dataclasses.replace(args.target, users=tuple(args.user))
     return bool(problems)
 
 
@@ -404,9 +413,13 @@ def _measure_problems(host: Host, args) -> list:
     target = args.target
     if target.kind != "canary":
         table = {target.kind: int(target.value) if target.kind == "pid" else target.value}
+        if args.user:
+            table["users"] = list(args.user)
         if getattr(args, "probe", None) == "schedstat":  # diagnose has no --probe: it runs its own
             return [Problem("target.probe", "schedstat measures a canary only (it reads the canary's own "
                                             "schedstat); use bpf or tracefs for a workload")]
+    elif args.user:
+        return [Problem("target.users", "goes with a name target")]
     else:
         table = {"canary": True, **{f"canary_{k}": v for k, v in (("cpus", args.canary_cpus),
                                                                    ("cgroup", args.canary_cgroup)) if v}}

@@ -112,3 +112,49 @@ def test_a_kill_during_isolation_leaves_a_host_that_rollback_puts_back_exactly(t
     finally:
         workload.kill()
         workload.wait()
+
+
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def test_another_users_process_named_like_the_workload_is_not_placed_pinned_or_measured(tmp_path):
+    # As a user would meet it: uid 65534 starts a process whose command line holds the workload's name.
+    workload = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", MARKER])
+    lookalike = subprocess.Popen(["/usr/bin/python3", "-c", "import time; time.sleep(120)", MARKER],
+                                 preexec_fn=as_nobody, cwd="/")
+    profile = tmp_path / "isolation.toml"
+    profile.write_text(f'[target]\nname = "{MARKER}"\n\n[cpu_isolation]\nlatency_cpus = "1"\n\n'
+                       '[cpu_isolation.pin]\n"^python" = "1"\n')
+    state = tmp_path / "state"
+    note = f"not the target: pid {lookalike.pid} (python3) matches [target] name '{MARKER}' but runs as nobody"
+    try:
+        time.sleep(0.5)
+        before = placement()
+        status, out, err = run_cli("apply", profile, "--no-verify", "--json", root=None, state_dir=state)
+        try:
+            assert status == 0, err
+            report = json.loads(out)
+            assert any(n.startswith(note) for n in report["notes"]), report["notes"]
+            moved = {c["target"].split()[1] for s in report["steps"] for c in s["changes"]
+                     if c["after"] == "/tuned-rl-workload" or c["target"].endswith("affinity")}
+            assert moved == {str(workload.pid)}
+            assert cpuset_of(workload.pid) == "/tuned-rl-workload" and status_field(workload.pid, "Cpus_allowed_list") == "1"
+            assert cpuset_of(lookalike.pid) == "/tuned-rl-housekeeping"  # off the latency CPU, like any other task
+            assert status_field(lookalike.pid, "Cpus_allowed_list") == "0"
+            status, out, err = run_cli("measure", "--target", f"name:{MARKER}", "--seconds", "1", "--json",
+                                       root=None, state_dir=state)
+            assert status == 0, err
+            assert any(n.startswith(note) for n in json.loads(out)["notes"])
+            from tuned_rl.measure.targets import Target, resolve_tids
+            assert resolve_tids(Host(), Target("name", MARKER)) == Host().thread_ids(workload.pid)
+        finally:
+            rollback = run_cli("rollback", "--json", root=None, state_dir=state)
+        assert rollback[0] == 0, rollback[2]
+        assert placement_differences(before, placement()) == []
+    finally:
+        for process in (workload, lookalike):
+            process.kill()
+            process.wait()

@@ -24,7 +24,7 @@ from tuned_rl.host.host import TARGETED_ACTIONS
 from tuned_rl.measure.probes import ProbeError
 from tuned_rl.measure.probes.tracefs import remove_leftover_instances
 from tuned_rl.measure.settings import VerifySettings
-from tuned_rl.measure.targets import TargetError, target_from_table
+from tuned_rl.measure.targets import TargetError, lookalike_notes, target_from_table
 from tuned_rl.profiles.loader import Profile
 
 Progress = Callable[[str], None]
@@ -75,6 +75,7 @@ class Agent:
             report.notes.append(f"profile {applied.profile if applied else '?'} is applied: apply would roll "
                                 "it back first; values below are those the rollback restores")
             host = RestoredView(self.host, records)
+        report.notes += lookalike_notes(self.host, profile.get("target"))
         for step in self.plugins.plan(profile, host):
             step = _with_originals(step, records)
             outcome = "skipped" if step.skip_reason else "planned" if step.pending_changes else "unchanged"
@@ -86,6 +87,7 @@ class Agent:
         report = Report(profile.name, dry_run=False, digest=profile.digest())
         with exclusive_lock(self.journal.state_dir), ExitStack() as stack:
             report.notes += self._clear_previous()
+            report.notes += lookalike_notes(self.host, profile.get("target"))
             steps = self.plugins.plan(profile, self.host)
             self._check_writable(steps)
             self.journal.begin(Applied(profile.name, str(profile.path), self.host.boot_id(), time.time(),

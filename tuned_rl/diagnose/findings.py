@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from tuned_rl.diagnose.facts import Machine, RtBudget, TargetThread
 from tuned_rl.diagnose.holders import Holder, Ranking
 from tuned_rl.host.cpus import format_cpu_list, parse_cpu_list
+from tuned_rl.host.host import CMDLINE_LIMIT
 
 REAL_TIME = ("SCHED_FIFO", "SCHED_RR")
 OFFLINE_SHARE = 0.20      # other processes' share of the worst-1% wait that makes them the cause
@@ -104,16 +105,18 @@ def offline_jobs(evidence: Evidence) -> Finding | None:
 
 
 def _matchers(holders: list[Holder], target_comms: set[str]) -> list[dict]:
-    """One matcher per distinct job: its name where no target thread shares it, else its command line."""
+    """One matcher per distinct job: its user, its exact name and its exact command line, so that
+    a CPU hog named like a system daemon (``sshd``) yields a matcher that does not evict the daemon.
+    A command line read only in part (CMDLINE_LIMIT) is matched on that part."""
     matchers = []
     for holder in holders:
         info = holder.info
-        if info.comm not in target_comms:
-            matcher = {"name": f"^{re.escape(info.comm)}$"}
-        elif info.cmdline:
-            matcher = {"cmdline": f"^{re.escape(info.cmdline)}$"}
-        else:
-            continue
+        if info.comm in target_comms and not info.cmdline:
+            continue  # nothing would tell it from the target
+        matcher = {"user": info.user, "name": f"^{re.escape(info.comm)}$"}
+        if info.cmdline:
+            whole = len(info.cmdline.encode()) < CMDLINE_LIMIT - 1
+            matcher["cmdline"] = f"^{re.escape(info.cmdline)}" + ("$" if whole else "")
         if matcher not in matchers:
             matchers.append(matcher)
     return matchers

@@ -4,10 +4,10 @@ with comments citing the finding behind it. `tuned-rl apply` then verifies every
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
 
 from tuned_rl.diagnose.findings import Finding
+from tuned_rl.host import printable
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.targets import Target
 
@@ -15,7 +15,10 @@ from tuned_rl.measure.targets import Target
 def target_table(target: Target, canary: CanarySpec | None) -> dict:
     """The [target] table that names what diagnose measured."""
     if target.kind != "canary":
-        return {target.kind: int(target.value) if target.kind == "pid" else target.value}
+        table = {target.kind: int(target.value) if target.kind == "pid" else target.value}
+        if target.kind == "name" and target.users != ("root",):
+            table["users"] = list(target.users)
+        return table
     table: dict = {"canary": True}
     default = CanarySpec()
     for spec_field in fields(CanarySpec):
@@ -54,13 +57,30 @@ def _comment(finding: Finding) -> list[str]:
     head = f"Finding ({finding.cause}): {finding.summary}."
     body = [f"  - {line}" for line in finding.evidence]
     tail = [f"Fix: {finding.advice}." if finding.table else f"No table here can fix it: {finding.advice}."]
-    return [line.replace("\n", " ").replace("\r", " ") for line in (head, *body, *tail)]
+    return [printable(line) for line in (head, *body, *tail)]
 
 
 def _value(value) -> str:
-    """A TOML value: strings as JSON strings (TOML basic strings take the same escapes)."""
+    """A TOML value: a boolean, a number, a list of them, or a basic string."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return str(value)
-    return json.dumps(str(value))
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(item) for item in value) + "]"
+    return toml_string(str(value))
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string holding ``text`` exactly: quote and backslash escaped, every control
+    character as \\uXXXX (TOML allows none raw), everything else as it is (the file is UTF-8)."""
+    out = ['"']
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04X}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)

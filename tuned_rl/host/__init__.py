@@ -3,6 +3,7 @@
 from tuned_rl.host.cpus import format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask
 from tuned_rl.host.host import SCHED_POLICIES, CgroupMount, Host, Task, TaskGone
 from tuned_rl.host.processes import ProcessInfo
+from tuned_rl.host.untrusted import printable
 
 __all__ = ["SCHED_POLICIES", "CgroupMount", "Host", "ProcessInfo", "Task", "TaskGone", "format_cpu_list",
-           "format_cpu_mask", "parse_cpu_list", "parse_cpu_mask"]
+           "format_cpu_mask", "parse_cpu_list", "parse_cpu_mask", "printable"]

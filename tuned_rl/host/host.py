@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import select
@@ -11,7 +12,9 @@ from pathlib import Path, PurePosixPath
 
 from tuned_rl.host.cpus import format_cpu_list, parse_cpu_list
 from tuned_rl.host.syscalls import syscall
-from tuned_rl.host.processes import ProcessInfo, ProcessVanished, parse_cgroup_file, parse_stat, read_process
+from tuned_rl.host.untrusted import printable
+from tuned_rl.host.processes import (ProcessInfo, ProcessVanished, parse_cgroup_file, parse_stat, read_cmdline,
+                                     read_process)
 
 SCHED_POLICIES = {
     "SCHED_OTHER": os.SCHED_OTHER,
@@ -36,6 +39,11 @@ TARGETED_ACTIONS = {"systemd-daemon-reload-and-restart"}
 UNIT_DROP_IN = re.compile(r"^/(?:etc|run)/systemd/system/([A-Za-z0-9@_.:\-]+\.service)\.d/[A-Za-z0-9_.\-]+\.conf$")
 ACTION_LOG = "/run/tuned-rl-actions.log"  # below a moved root, actions are logged here instead of run
 SERVICE_STATES = "/run/tuned-rl-services"  # below a moved root, a file per unit holds "active" or "inactive"
+# What is read of a command line, and so matched: its first 4 KiB (the page that
+# /proc/PID/cmdline returned whole before Linux 4.2). A user can make argv megabytes long;
+# a bounded read keeps planning's memory and a regular expression's time bounded too.
+CMDLINE_LIMIT = 4096
+COMM_LIMIT = 64  # TASK_COMM_LEN is 16; a little room, never a whole file
 
 
 class TaskGone(LookupError):
@@ -51,7 +59,7 @@ class Task:
     comm: str = ""
 
     def label(self) -> str:
-        return f"pid {self.pid} ({self.comm})" if self.comm else f"pid {self.pid}"
+        return f"pid {self.pid} ({printable(self.comm)})" if self.comm else f"pid {self.pid}"
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,19 @@ class Host:
             raise ValueError(f"not a host-absolute path: {target!r}")
         return self.root.joinpath(*pure.parts[1:])
 
+    def _write_path(self, target: str) -> Path:
+        """``path(target)`` for a change: below a moved root, no part of it may be a symbolic link,
+        so a link planted in the tree (``etc -> /etc``) never turns a test's write into the real host's."""
+        path = self.path(target)
+        if not self.is_live:
+            walked = self.root
+            for part in PurePosixPath(target).parts[1:]:
+                walked = walked / part
+                if walked.is_symlink():
+                    raise OSError(f"{target}: {walked} is a symbolic link below the host root {self.root}; "
+                                  "tuned-rl does not follow it")
+        return path
+
     @property
     def is_live(self) -> bool:
         """The root is the real host's (not a test tree)."""
@@ -96,13 +117,20 @@ class Host:
     def read_bytes(self, target: str) -> bytes:
         return self.path(target).read_bytes()
 
+    def read_prefix(self, target: str, limit: int) -> bytes:
+        """The first ``limit`` bytes of a file, never more (a /proc/PID/cmdline can be megabytes)."""
+        return _read_small(str(self.path(target)), limit)
+
     def write(self, target: str, value: str) -> None:
         # One write() call: procfs and sysfs take a value in a single write.
-        fd = os.open(self.path(target), os.O_WRONLY | os.O_TRUNC)
+        data = value.encode()
+        fd = os.open(self._write_path(target), os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
         try:
-            os.write(fd, value.encode())
+            written = os.write(fd, data)
         finally:
             os.close(fd)
+        if written != len(data):
+            raise OSError(f"{target}: wrote {written} of {len(data)} bytes")
 
     def exists(self, target: str) -> bool:
         return self.path(target).exists()
@@ -118,27 +146,35 @@ class Host:
         return sorted(str(PurePosixPath(target) / p.name) for p in base.iterdir() if p.is_dir())
 
     def make_dir(self, target: str) -> None:
-        os.mkdir(self.path(target), 0o755)
+        os.mkdir(self._write_path(target), 0o755)
 
     def remove_dir(self, target: str) -> None:
-        os.rmdir(self.path(target))
+        os.rmdir(self._write_path(target))
 
     def replace_file(self, target: str, content: bytes, mode: int) -> None:
-        """Create or replace a regular file atomically (temporary file, fsync, rename)."""
-        path = self.path(target)
+        """Create or replace a regular file atomically: a temporary file written whole and fsynced,
+        renamed over the old one, then the directory fsynced so that the rename survives a crash."""
+        path = self._write_path(target)
         tmp = path.with_name(f".{path.name}.tuned-rl-tmp")
         tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
         try:
             os.fchmod(fd, mode)  # the umask must not narrow it
-            os.write(fd, content)
+            write_whole(fd, content)
             os.fsync(fd)
-        finally:
+        except BaseException:
             os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
         os.replace(tmp, path)
+        fsync_directory(path.parent)
 
     def remove_file(self, target: str) -> None:
-        self.path(target).unlink(missing_ok=True)
+        path = self._write_path(target)
+        if path.exists() or path.is_symlink():
+            path.unlink()
+            fsync_directory(path.parent)
 
     def file_mode(self, target: str) -> int:
         return self.path(target).lstat().st_mode & 0o7777
@@ -301,7 +337,8 @@ class Host:
             return set()
 
     def process_names(self, pid: int) -> tuple[str, str]:
-        """(comm, command line) of one process, two small reads; raises TaskGone if it is gone.
+        """(comm, command line) of one process, two small reads (the command line's first
+        CMDLINE_LIMIT bytes); raises TaskGone if it is gone.
 
         A name target is looked up by calling this for every process, every second, while the
         workload is measured: its paths are plain strings and its reads bare system calls
@@ -309,11 +346,25 @@ class Host:
         way), so the measuring process's bursts stay short."""
         base = f"{self._proc}/{int(pid)}/"
         try:
-            comm = _read_small(base + "comm").decode(errors="replace").strip()
-            cmdline = _read_small(base + "cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
+            comm = _read_small(base + "comm", COMM_LIMIT).decode(errors="replace").strip()
+            cmdline = _read_small(base + "cmdline", CMDLINE_LIMIT).replace(b"\0", b" ").decode(errors="replace").strip()
         except (FileNotFoundError, ProcessLookupError) as err:
             raise TaskGone(f"pid {pid} has exited") from err
         return comm, cmdline
+
+    def process_uids(self, pid: int) -> tuple[int, ...]:
+        """The real, effective, saved and filesystem user ids of a process (its status ``Uid:`` line).
+
+        Not the owner of /proc/PID: a process that makes itself non-dumpable shows as root there.
+        Raises TaskGone if it is gone."""
+        try:
+            status = _read_small(f"{self._proc}/{int(pid)}/status", 65536).decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError) as err:
+            raise TaskGone(f"pid {pid} has exited") from err
+        for line in status.splitlines():
+            if line.startswith("Uid:"):
+                return tuple(int(x) for x in line.split()[1:])
+        raise TaskGone(f"pid {pid}: no Uid line in its status")
 
     def process(self, pid: int) -> ProcessInfo:
         """What tuned-rl knows of one process or thread; raises TaskGone if it is gone."""
@@ -327,14 +378,19 @@ class Host:
         return self._read_all((pid, None) for pid in self.pids())
 
     def threads(self, pid: int) -> list[ProcessInfo]:
-        """Every thread of process ``pid`` (main thread included)."""
-        return self._read_all((tid, pid) for tid in sorted(self.thread_ids(pid)))
+        """Every thread of process ``pid`` (main thread included); the command line, which all
+        threads share, is read once."""
+        try:
+            cmdline = read_cmdline(self, f"/proc/{int(pid)}")
+        except (FileNotFoundError, ProcessLookupError):
+            return []
+        return self._read_all(((tid, pid) for tid in sorted(self.thread_ids(pid))), cmdline)
 
-    def _read_all(self, ids) -> list[ProcessInfo]:
+    def _read_all(self, ids, cmdline: str | None = None) -> list[ProcessInfo]:
         found = []
         for pid, tgid in ids:
             try:
-                found.append(read_process(self, pid, tgid))
+                found.append(read_process(self, pid, tgid, cmdline=cmdline))
             except ProcessVanished:
                 continue
         return found
@@ -355,6 +411,23 @@ class Host:
             except KeyError:
                 pass
         return str(uid)
+
+    def user_id(self, name: str) -> int | None:
+        """The uid of the account ``name``, or None if there is none."""
+        try:
+            for line in self.read("/etc/passwd").splitlines():
+                fields = line.split(":")
+                if len(fields) > 2 and fields[0] == name and fields[2].isdigit():
+                    return int(fields[2])
+        except FileNotFoundError:
+            pass
+        if self.is_live:
+            import pwd
+            try:
+                return pwd.getpwnam(name).pw_uid
+            except KeyError:
+                pass
+        return None
 
     def task(self, pid: int) -> Task:
         """The task now using ``pid``; raises TaskGone if there is none."""
@@ -482,13 +555,34 @@ _V1_CONTROLLERS = {
 }
 
 
-def _read_small(path: str) -> bytes:
-    """A procfs file's whole content, read through a bare file descriptor."""
+def _read_small(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of a procfs file, read through a bare file descriptor."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        parts = []
-        while part := os.read(fd, 65536):
+        parts, left = [], limit
+        while left > 0 and (part := os.read(fd, min(left, 65536))):
             parts.append(part)
+            left -= len(part)
         return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def write_whole(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to a regular file: os.write may write less (a nearly full filesystem);
+    loop, and raise ENOSPC if a write makes no progress."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "no space left: the write made no progress")
+        view = view[written:]
+
+
+def fsync_directory(path: str | os.PathLike) -> None:
+    """fsync a directory, so that a rename or unlink in it is on disk (a crash cannot undo it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
     finally:
         os.close(fd)

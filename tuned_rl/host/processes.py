@@ -36,13 +36,14 @@ class ProcessInfo:
     start_time: int  # clock ticks after boot: with pid, the task's identity
     comm: str
     cmdline: str  # arguments joined by spaces; "" for kernel threads
-    uid: int
+    uid: int  # the real user id
     policy: str  # "SCHED_FIFO"
     priority: int  # real-time priority, 0 for normal policies
     nice: int
     affinity: str  # CPU list
     cgroups: dict[str, str] = field(default_factory=dict)  # hierarchy key -> path; "" is cgroup v2
     flags: int = 0
+    uids: tuple[int, ...] = ()  # real, effective, saved, filesystem (the status Uid: line)
 
     @property
     def kernel_thread(self) -> bool:
@@ -77,16 +78,25 @@ def parse_stat(text: str) -> tuple[str, list[str]]:
     return comm, text[text.rindex(")") + 2 :].split()
 
 
-def read_process(host: "Host", pid: int, tgid: int | None = None) -> ProcessInfo:
+def read_cmdline(host: "Host", base: str) -> str:
+    """The command line under ``base`` ("/proc/PID"), arguments joined by spaces: its first
+    CMDLINE_LIMIT bytes only."""
+    from tuned_rl.host.host import CMDLINE_LIMIT
+    return host.read_prefix(f"{base}/cmdline", CMDLINE_LIMIT).replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def read_process(host: "Host", pid: int, tgid: int | None = None, cmdline: str | None = None) -> ProcessInfo:
     """Everything tuned-rl needs of one task; raises ProcessVanished if it is gone.
 
-    ``tgid``: read the thread ``pid`` of that process (under /proc/<tgid>/task/).
+    ``tgid``: read the thread ``pid`` of that process (under /proc/<tgid>/task/). ``cmdline``: the
+    process's command line, already read (its threads share it).
     """
     base = f"/proc/{tgid}/task/{pid}" if tgid is not None else f"/proc/{pid}"
     try:
         comm, fields = parse_stat(host.read(f"{base}/stat"))
         status = _status(host.read(f"{base}/status"))
-        cmdline = host.read_bytes(f"{base}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
+        if cmdline is None:
+            cmdline = read_cmdline(host, base)
         cgroups = parse_cgroup_file(host.read(f"{base}/cgroup"))
     except (FileNotFoundError, ProcessLookupError) as err:
         raise ProcessVanished(f"pid {pid} has exited") from err
@@ -96,6 +106,7 @@ def read_process(host: "Host", pid: int, tgid: int | None = None) -> ProcessInfo
         comm=comm, cmdline=cmdline, uid=int(status.get("Uid", "0").split()[0]),
         policy=POLICY_NAMES.get(policy, str(policy)), priority=int(fields[37]) if len(fields) > 37 else 0,
         nice=int(fields[16]), affinity=status.get("Cpus_allowed_list", ""), cgroups=cgroups, flags=int(fields[6]),
+        uids=tuple(int(x) for x in status.get("Uid", "0").split()),
     )
 
 

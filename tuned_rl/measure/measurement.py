@@ -15,7 +15,7 @@ from tuned_rl.measure.probes import LatencyProbe, Obstacle, ProbeError, choose_p
 from tuned_rl.measure.probes.schedstat import SchedstatProbe
 from tuned_rl.measure.probes.tracefs import remove_leftover_instances
 from tuned_rl.measure.stats import Summary, summarize
-from tuned_rl.measure.targets import Target, TargetError, resolve_tids
+from tuned_rl.measure.targets import Target, TargetError, describe_lookalikes, resolve_tids
 
 REFRESH_S = 0.25  # how often the probe's events are taken (and threads it cannot follow looked up again)
 RESCAN_S = 1.0  # how often a probe that follows forks has the target looked up again (new processes)
@@ -251,6 +251,7 @@ def attach_probe(stack: ExitStack, host: Host, target: Target, probe_name: str,
     else:
         tid_source = lambda: resolve_tids(host, target)  # noqa: E731
         probe = probe_class()
+        notes += describe_lookalikes(host, target)
     initial = tid_source()
     if not initial and target.kind == "pid":
         raise TargetError(f"no process has pid {target.value}")

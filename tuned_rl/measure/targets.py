@@ -1,4 +1,13 @@
-"""Which threads a measurement watches: by pid, process name, cgroup, systemd unit, or a canary."""
+"""Which threads a measurement watches: by pid, process name, cgroup, systemd unit, or a canary.
+
+Who may be the target. A pid, a cgroup and a unit name their processes outright: only root
+(or whoever root delegated the cgroup to) puts a process there. A name does not: any user can
+start a process called ``infer_actor``. So a name target matches only processes whose user ids
+(real, effective, saved and filesystem, as /proc/PID/status shows them) all belong to the
+target's ``users`` (default: root). A process that matches the name but runs as another user
+is never the target: not placed, pinned, bound or measured, and spared from nothing. The plan
+names each such look-alike with its user.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +16,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from tuned_rl.host import SCHED_POLICIES, Host, TaskGone
+from tuned_rl.host import SCHED_POLICIES, Host, TaskGone, printable
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.profiles.schema import CpuList, Key, Problem, Regex, Table
 
@@ -25,6 +34,7 @@ class Target:
 
     kind: str
     value: str = ""
+    users: tuple[str, ...] = ("root",)  # a name target: the accounts (names or uids) its processes run as
 
     @classmethod
     def parse(cls, text: str) -> "Target":
@@ -46,13 +56,20 @@ class Target:
     def __str__(self) -> str:
         return self.kind if self.kind == "canary" else f"{self.kind}:{self.value}"
 
+    def users_text(self) -> str:
+        return ", ".join(self.users)
+
 
 TARGET_TABLE = Table(
     "target",
     "The workload whose latency decides whether a step is kept: exactly one of pid, name, cgroup, unit, canary.",
     {
         "pid": Key(int, "A process (all its threads).", minimum=1),
-        "name": Key(Regex(), "Processes whose name or command line match this regular expression."),
+        "name": Key(Regex(), "Processes whose name or command line (its first 4 KiB) match this regular "
+                             "expression, run by one of users."),
+        "users": Key(list, "With name: the accounts (names, or uids as text) whose processes may be the target; "
+                           "default [\"root\"]. Another user's process of that name is never the target, and the "
+                           "plan names it.", item_type=(str, int)),
         "cgroup": Key(str, "A cgroupfs directory, e.g. /sys/fs/cgroup/cpu/rl."),
         "unit": Key(str, "A systemd unit (its cgroup)."),
         "canary": Key(bool, "A process tuned-rl starts, placed like the workload, for a node without it yet."),
@@ -74,7 +91,8 @@ def target_from_table(table: dict) -> tuple[Target, CanarySpec | None]:
                              if key.startswith("canary_")})
         return Target("canary"), spec
     kind = next(k for k in ("pid", "name", "cgroup", "unit") if k in table)
-    return Target(kind, str(table[kind])), None
+    users = tuple(str(u) for u in table.get("users", ["root"]))
+    return Target(kind, str(table[kind]), users), None
 
 
 def target_problems(table: dict, host: Host) -> list[Problem]:
@@ -87,6 +105,15 @@ def target_problems(table: dict, host: Host) -> list[Problem]:
     if canary_keys and chosen != ["canary"]:
         return [Problem(f"target.{canary_keys[0]}", "canary settings need canary = true")]
     problems = []
+    if "users" in table:
+        if chosen != ["name"]:
+            problems.append(Problem("target.users", "users goes with a name target: a pid, cgroup or unit names its "
+                                                    "processes outright"))
+        elif not table["users"]:
+            problems.append(Problem("target.users", "names no user: the target could match nothing"))
+        for user in table["users"]:
+            if user_id(host, str(user)) is None:
+                problems.append(Problem("target.users", f"no account {str(user)!r} on this host"))
     if "pid" in table:
         try:
             host.task(table["pid"])
@@ -115,9 +142,7 @@ def resolve_tids(host: Host, target: Target) -> set[int]:
     if target.kind == "pid":
         return host.thread_ids(int(target.value))
     if target.kind == "name":
-        pattern = re.compile(target.value)
-        # tuned-rl's own command line holds the pattern: never count ourselves.
-        pids = [pid for pid in host.pids() if pid != os.getpid() and _matches(host, pid, pattern)]
+        pids, _ = name_matches(host, target)
         return {t for pid in pids for t in host.thread_ids(pid)}
     if target.kind == "cgroup":
         return _cgroup_threads(host, target.value)
@@ -153,12 +178,52 @@ def _cgroup_threads(host: Host, directory: str) -> set[int]:
         raise TargetError(str(err)) from err
 
 
-def _matches(host: Host, pid: int, pattern: re.Pattern) -> bool:
-    try:
-        comm, cmdline = host.process_names(pid)  # not host.process(): this runs for every pid, every rescan
-    except TaskGone:
-        return False
-    return bool(pattern.search(comm) or pattern.search(cmdline))
+def user_id(host: Host, user: str) -> int | None:
+    """The uid of an account named ``user`` (or written as a number), or None if there is none."""
+    if user.isdigit():
+        return int(user)
+    return 0 if user == "root" else host.user_id(user)
+
+
+def name_matches(host: Host, target: Target) -> tuple[list[int], list[tuple[int, str, int]]]:
+    """(the pids a name target matches, its look-alikes): processes whose comm or command line
+    match, split by whether every user id of theirs is one of the target's users. A look-alike is
+    (pid, comm, real uid). tuned-rl itself is neither (its command line holds the pattern)."""
+    pattern = re.compile(target.value)
+    allowed = {uid for uid in (user_id(host, u) for u in target.users) if uid is not None}
+    matched, lookalikes = [], []
+    for pid in host.pids():
+        if pid == os.getpid():
+            continue
+        try:
+            comm, cmdline = host.process_names(pid)  # not host.process(): this runs for every pid, every rescan
+            if not (pattern.search(comm) or pattern.search(cmdline)):
+                continue
+            uids = host.process_uids(pid)
+        except TaskGone:
+            continue
+        if uids and all(uid in allowed for uid in uids):
+            matched.append(pid)
+        else:
+            lookalikes.append((pid, comm, uids[0] if uids else -1))
+    return matched, lookalikes
+
+
+def lookalike_notes(host: Host, table: dict | None) -> list[str]:
+    """The plan's notes on processes a [target] name matches but that run as another user."""
+    if not table or "name" not in table:
+        return []
+    return describe_lookalikes(host, target_from_table(table)[0])
+
+
+def describe_lookalikes(host: Host, target: Target) -> list[str]:
+    """A note per process a name target matches but that runs as another user ([] for other kinds)."""
+    if target.kind != "name":
+        return []
+    _, lookalikes = name_matches(host, target)
+    return [f"not the target: pid {pid} ({printable(comm)}) matches [target] name {target.value!r} but runs as "
+            f"{printable(host.user_name(uid))}, not one of [target] users ({target.users_text()})"
+            for pid, comm, uid in lookalikes]
 
 
 def target_processes(host: Host, table: dict) -> list:
@@ -201,4 +266,7 @@ def workload_for_step(host: Host, target_table: dict, step) -> list:
         return []
     if not workload:
         step.skip_reason = "the workload has no processes now: start it first, then apply"
+        if target_table and "name" in target_table and name_matches(host, target_from_table(target_table)[0])[1]:
+            step.skip_reason = ("no process of [target] users matches the name now (another user's do: see the "
+                                "plan's notes)")
     return workload
