@@ -163,3 +163,19 @@ def test_output_read_by_a_reader_that_stopped_ends_quietly_not_as_a_host_error(t
         os.close(write_end)
     assert process.returncode == 128 + 13, process.stderr
     assert "cannot read the host" not in process.stderr and "Traceback" not in process.stderr
+
+
+def test_a_process_name_with_control_characters_cannot_hide_or_forge_a_plan_row(tree, cli, profile_file):
+    # A user names a job "job" + a newline + a fake row + an erase-line escape: the plan must show one
+    # escaped row, not a second line a reviewer would read as tuned-rl's.
+    forged = "job\n             rt_runtime: nothing  unchanged\x1b[2K"
+    tree.add_process(700, "job", uid=65534, cmdline="burn")
+    tree.set("/proc/700/stat", tree.get("/proc/700/stat").replace("(job)", f"({forged})"))
+    tree.set("/proc/700/task/700/stat", tree.get("/proc/700/stat"))
+    profile = profile_file('[offline_eviction]\ncgroup = false\npolicy = "SCHED_IDLE"\n'
+                           '[[offline_eviction.match]]\ncmdline = "^burn$"\n')
+    for args in (("--dry-run",), ("--dry-run", "--format", "diff")):
+        status, out, err = cli("apply", profile, *args)
+        assert status == 0, err
+        assert "\x1b" not in out and "\n             rt_runtime" not in out
+        assert "job\\n             rt_runtime: nothing  unchanged\\x1b[2K" in out

@@ -6,6 +6,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from tuned_rl.host.untrusted import printable
 from tuned_rl.measure.stats import format_us
 
 OUTCOMES = ("planned", "unchanged", "applied", "kept", "reverted", "failed", "skipped", "inconclusive")
@@ -79,7 +80,7 @@ class Report:
 
     def to_text(self) -> str:
         title = f"profile {self.profile}" + (" (dry run: nothing was changed)" if self.dry_run else "")
-        lines = [title, *(f"  note: {n}" for n in self.notes)]
+        lines = [printable(title), *(f"  note: {printable(n)}" for n in self.notes)]
         lines += format_table(
             ("PHASE", "STEP", "OUTCOME", "CHANGE"),
             [row for step in self.steps for row in _step_rows(step)],
@@ -143,7 +144,11 @@ def _value(value: str | None) -> str:
 
 
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    """Left-aligned columns, the last one left ragged."""
+    """Left-aligned columns, the last one left ragged. Every cell is printed with its control and
+    format characters escaped: a process name or cgroup holding a newline or a terminal escape
+    cannot hide a row, or forge one, in a table a reviewer reads."""
+    header = tuple(printable(cell) for cell in header)
+    rows = [tuple(printable(cell) for cell in row) for row in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip()
             for row in [header, *rows]]
@@ -152,12 +157,12 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[s
 def to_diff(report: Report) -> str:
     """The plan as a unified-diff-style listing of live values, for a change review: one hunk per
     step that changes something, ``-`` the value the host holds now, ``+`` the value planned."""
-    lines = ["--- live values of this host", f"+++ profile {report.profile}"]
-    lines += [f"# note: {note}" for note in report.notes]
+    lines = ["--- live values of this host", f"+++ profile {printable(report.profile)}"]
+    lines += [f"# note: {printable(note)}" for note in report.notes]
     for step in report.steps:
-        header = f"@@ {step.phase or ''}: {step.plugin}: {step.step} ({step.outcome}) @@"
+        header = printable(f"@@ {step.phase or ''}: {step.plugin}: {step.step} ({step.outcome}) @@")
         if step.outcome == "skipped":
-            lines += [header, f"# skipped: {step.reason}"]
+            lines += [header, f"# skipped: {printable(step.reason)}"]
             continue
         if not step.changes or step.outcome == "unchanged":
             continue
@@ -165,8 +170,9 @@ def to_diff(report: Report) -> str:
         for change in step.changes:
             for sign, value in (("-", change.before), ("+", change.after)):
                 text = "(absent)" if value is None else value
-                first, *more = text.splitlines() or [""]
-                lines.append(f"{sign}{change.target} = {first}")
-                lines += [f"{sign}{' ' * len(change.target)}   {line}" for line in more]
-        lines += [f"# note: {note}" for note in step.notes]
+                first, *more = [printable(line) for line in text.split("\n")]
+                target = printable(change.target)
+                lines.append(f"{sign}{target} = {first}")
+                lines += [f"{sign}{' ' * len(target)}   {line}" for line in more]
+        lines += [f"# note: {printable(note)}" for note in step.notes]
     return "\n".join(lines)

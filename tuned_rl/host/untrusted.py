@@ -11,17 +11,15 @@ from __future__ import annotations
 
 
 def printable(text: str) -> str:
-    """``text`` with each control or format character written as an escape (``\\n``, ``\\x1b``, ``\\u202e``)."""
+    """``text`` with each control or format character but the tab written as an escape (``\\n``, ``\\x1b``, ``\\u202e``)."""
     if text.isprintable():
         return text
     out = []
     for char in text:
-        if char.isprintable() or char == " ":
+        if char.isprintable() or char in " \t":  # a tab moves the cursor along its line only
             out.append(char)
         elif char == "\n":
             out.append("\\n")
-        elif char == "\t":
-            out.append("\\t")
         elif char == "\r":
             out.append("\\r")
         elif ord(char) < 0x100:
