@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 import json
+import os
 
 import pytest
 
@@ -54,3 +55,38 @@ def test_a_new_apply_after_a_crash_first_undoes_the_crashed_one(crash_tree, prof
     assert crash_tree.get("/sys/fs/cgroup/cpu/ray/cpu.rt_runtime_us") == "100000"
     run_cli("rollback", root=crash_tree.root, state_dir=state_dir)
     assert crash_tree.snapshot() == original
+
+
+def test_a_short_write_of_a_record_is_an_error_not_a_record_missing_its_last_changes(tree, cli, profile_file,
+                                                                                    state_dir, monkeypatch):
+    # A nearly full file system: write() takes only part of a record. The apply must fail before the
+    # step changes anything, not leave a journal whose record silently lacks the changes it cut off.
+    real_write = os.write
+    journal = str(state_dir / "journal")
+
+    def short_write(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(journal) and len(data) > 40:
+            return real_write(fd, bytes(data[:40])) and 0  # 40 bytes reach the disk, then no progress
+        return real_write(fd, data)
+    monkeypatch.setattr(os, "write", short_write)
+    before = tree.get("/proc/sys/kernel/sched_rt_runtime_us")
+    status, _, err = cli("apply", profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"), "--no-verify")
+    assert status == 1 and ("No space left" in err or "no progress" in err), err
+    assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == before
+    monkeypatch.setattr(os, "write", real_write)
+    assert not [p for p in (state_dir / "journal").iterdir() if p.name[:1].isdigit() or p.name.startswith(".")]
+
+
+def test_replace_file_writes_whole_and_fsyncs_the_directory_after_the_rename(tree, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    tree.host.path("/etc/default").mkdir(parents=True)
+    tree.host.replace_file("/etc/default/irqbalance", b"x" * 100_000, 0o644)
+    assert tree.host.path("/etc/default/irqbalance").read_bytes() == b"x" * 100_000
+    assert synced[-1] == str(tree.host.path("/etc/default"))  # the directory, after the file itself
+    assert synced[-2].endswith(".irqbalance.tuned-rl-tmp")

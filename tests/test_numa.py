@@ -188,3 +188,57 @@ def test_another_users_process_named_like_the_workload_is_not_bound(two_nodes, c
     [step] = dry["steps"]
     assert {c["target"].split()[1] for c in step["changes"]} == {"100", "101"}
     assert any(n.startswith("not the target: pid 500 (model)") and "runs as 65534" in n for n in dry["notes"])
+
+
+ADMINS_IRQBALANCE = "# the admin's own settings\nIRQBALANCE_BANNED_CPULIST=3\n#IRQBALANCE_ARGS=--policyscript=/x\n"
+
+
+def test_a_reboot_keeps_the_undo_of_files_in_etc_and_rollback_after_it_restores_them(two_nodes, cli, profile_file,
+                                                                                      state_dir):
+    tree = two_nodes
+    tree.set("/proc/irq/default_smp_affinity", "f")
+    tree.set("/proc/irq/24/smp_affinity_list", "0-3")
+    tree.set("/usr/sbin/irqbalance", "")
+    tree.set("/run/tuned-rl-services/irqbalance.service", "active")
+    tree.host.path("/etc/default").mkdir(parents=True)
+    tree.host.path("/etc/default/irqbalance").write_text(ADMINS_IRQBALANCE)
+    os.chmod(tree.host.path("/etc/default/irqbalance"), 0o640)
+    profile = profile_file('[irq_isolation]\nlatency_cpus = "2-3"\nirqbalance = "ban"\n\n'
+                           '[numa]\nnode = 1\nunit = "llm.service"\nrunning = false\n')
+    drop_in = "/etc/systemd/system/llm.service.d/tuned-rl-numa.conf"
+    assert cli("apply", profile, "--no-verify")[0] == 0
+    assert "IRQBALANCE_BANNED_CPULIST=2-3" in tree.get("/etc/default/irqbalance") and tree.host.exists(drop_in)
+    # The reboot: a new boot id, the kernel's run-time state back to its defaults; /etc as it was.
+    tree.set("/proc/sys/kernel/random/boot_id", "99999999-new-boot")
+    tree.set("/proc/irq/default_smp_affinity", "f")
+    tree.set("/proc/irq/24/smp_affinity_list", "0-3")
+    status = json.loads(cli("status", "--json")[1])
+    states = {c["target"]: c["state"] for c in status["changes"]}
+    assert states["/etc/default/irqbalance"] == "holds" and states["/proc/irq/24/smp_affinity_list"] == "stale"
+    # The boot-time apply: it rolls back the files first, so the admin's text is what it journals.
+    status, out, err = cli("apply", profile, "--no-verify", "--json")
+    assert status == 0, err
+    assert any("a journal from an earlier boot" in n and "3 change(s) to files" in n for n in json.loads(out)["notes"]), out
+    assert "IRQBALANCE_BANNED_CPULIST=2-3" in tree.get("/etc/default/irqbalance")
+    assert cli("rollback")[0] == 0
+    assert tree.host.path("/etc/default/irqbalance").read_text() == ADMINS_IRQBALANCE  # byte for byte
+    assert tree.host.file_mode("/etc/default/irqbalance") == 0o640
+    assert not tree.host.exists(drop_in) and not tree.host.exists("/etc/systemd/system/llm.service.d")
+    assert tree.get("/proc/irq/24/smp_affinity_list") == "0-3"
+    assert list((state_dir / "stale").iterdir())  # the journal as it was before the reboot, kept for reading
+
+
+def test_rollback_right_after_a_reboot_restores_the_files_and_leaves_run_time_values(two_nodes, cli, profile_file):
+    tree = two_nodes
+    tree.set("/proc/sys/kernel/sched_rt_runtime_us", "950000")
+    profile = profile_file('[rt_runtime]\nglobal_runtime_us = 900000\n\n[numa]\nnode = 1\nunit = "llm.service"\n'
+                           'running = false\n')
+    assert cli("apply", profile, "--no-verify")[0] == 0
+    tree.set("/proc/sys/kernel/random/boot_id", "99999999-new-boot")
+    tree.set("/proc/sys/kernel/sched_rt_runtime_us", "940000")  # someone's, after the reboot
+    status, out, err = cli("rollback")
+    assert status == 0, err
+    assert "were not replayed" in out and "2 to files that survive a reboot were rolled back" in out, out
+    assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "940000"
+    assert not tree.host.exists("/etc/systemd/system/llm.service.d")
+    assert cli("status")[1].strip() == "nothing applied"

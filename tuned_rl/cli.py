@@ -227,9 +227,10 @@ def cmd_rollback(agent: Agent, args) -> int:
               "not restored")
     if report["stale"]:
         stale = report["stale"]
-        print(f"{stale['records']} journaled changes are from an earlier boot: the reboot already reset "
-              f"them, so they were not replayed; kept in {stale['kept_in']}")
-    elif not report["changes"] and not report["refused"]:
+        print(f"{stale['records']} journaled changes are from an earlier boot: {stale['set_aside']} of kernel "
+              f"run-time state, which the reboot already reset, were not replayed; {stale['carried']} to files "
+              f"that survive a reboot were rolled back; the journal as it was is kept in {stale['kept_in']}")
+    if not report["changes"] and not report["refused"] and not report["stale"]:
         print("nothing to roll back")
     elif report["changes"]:
         print(f"rolled back {report['profile'] or 'an unfinished apply'}")
@@ -251,7 +252,8 @@ def cmd_status(agent: Agent, args) -> int:
         print("nothing applied")
         return EXIT_OK
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report["applied_at"])) if report["applied_at"] else "?"
-    boot = "an earlier boot: a reboot reset these values" if report["stale"] else "this boot"
+    boot = ("an earlier boot: a reboot reset its kernel run-time values; files it wrote survive it"
+            if report["stale"] else "this boot")
     print(f"profile {report['profile']} ({report['path']}) applied {when}, {boot}")
     shown, rest = _for_people(report["changes"], "state", "holds")
     rows = [(r["target"], _shown(r["before"]), _shown(r["after"]),

@@ -40,6 +40,16 @@ class StepFailed(RuntimeError):
     """A write was refused, or did not read back as written."""
 
 
+def _lasting(records: list[StepRecord]) -> list[StepRecord]:
+    """``records`` with only the changes that survive a reboot (records left with none dropped)."""
+    kept = []
+    for record in records:
+        lasting = [c for c in record.changes if c.handler.survives_reboot(c)]
+        if lasting:
+            kept.append(dataclasses.replace(record, changes=lasting))
+    return kept
+
+
 class RestoredView(Host):
     """The host's files as a rollback of ``records`` would leave them: for planning a dry run."""
 
@@ -70,8 +80,10 @@ class Agent:
         report = Report(profile.name, dry_run=True, digest=profile.digest())
         host, records = self.host, []
         scan, applied = self.journal.scan(), self.journal.applied()
-        if (applied or scan.records) and not self._is_stale(applied, scan):
-            records = scan.records
+        stale = self._is_stale(applied, scan)
+        carried = _lasting(scan.records) if stale else scan.records  # what a real apply would roll back
+        if carried or (applied and not stale):
+            records = carried
             report.notes.append(f"profile {applied.profile if applied else '?'} is applied: apply would roll "
                                 "it back first; values below are those the rollback restores")
             host = RestoredView(self.host, records)
@@ -135,8 +147,8 @@ class Agent:
             report = {"profile": applied.profile if applied else None, "changes": [], "stale": None,
                       "refused": [], "refused_kept_in": None, "removed": remove_leftover_instances(self.host)}
             if self._is_stale(applied, scan):
-                report["stale"] = self._move_stale(scan)
-                return report, 0
+                report["stale"] = self._carry_over(applied, scan)
+                scan, applied = self.journal.scan(), self.journal.applied()
             trusted, refused = self._trusted(scan)
             if refused:
                 report["refused"] = [{"path": str(path), "reason": reason} for path, reason in refused]
@@ -158,7 +170,9 @@ class Agent:
                   "removed": remove_leftover_instances(self.host)}
         trusted, refused = self._trusted(scan)
         for record in trusted:
-            report["changes"] += [self._change_status(record, change, report["stale"]) for change in record.changes]
+            report["changes"] += [self._change_status(record, change, report["stale"] and not
+                                                      change.handler.survives_reboot(change))
+                                  for change in record.changes]
         report["changes"] += [{"plugin": None, "step": None, "target": str(path), "before": None, "after": None,
                                "current": None, "state": "refused", "reason": reason} for path, reason in refused]
         return report
@@ -332,9 +346,16 @@ class Agent:
         if applied is None and not scan.records and not scan.unreadable:
             return []
         self._check_root(applied, scan.records)
+        notes = []
         if self._is_stale(applied, scan):
-            return [f"a journal from an earlier boot was not replayed (a reboot reset it); kept in "
-                    f"{self._move_stale(scan)['kept_in']}"]
+            stale = self._carry_over(applied, scan)
+            notes.append(f"a journal from an earlier boot: {stale['set_aside']} run-time change(s) were not replayed "
+                         f"(the reboot reset them), {stale['carried']} change(s) to files that survive a reboot are "
+                         f"rolled back now; the journal as it was is kept in {stale['kept_in']}")
+            scan, applied = self.journal.scan(), self.journal.applied()
+            if not scan.records:
+                self.journal.finish()
+                return notes
         trusted, refused = self._trusted(scan)
         if refused:
             path, reason = refused[0]
@@ -348,7 +369,7 @@ class Agent:
             raise HostError(f"could not roll back {name}: {failed[0]['target']}: {failed[0]['reason']}")
         self.journal.finish()
         restored = sum(r["outcome"] == "restored" for r in results)
-        notes = [f"rolled back previously applied profile {name} first ({restored} of {len(results)} changes "
+        notes += [f"rolled back previously applied profile {name} first ({restored} of {len(results)} changes "
                  "restored; the others already held their original values, or their tasks had exited)"]
         return notes + [f"left {r['target']} as someone set it: {r['reason']}" for r in results
                         if r["outcome"] == "left"]
@@ -380,10 +401,32 @@ class Agent:
         boots = {r.boot_id for r in scan.records} | ({applied.boot_id} if applied else set())
         return bool(boots) and boots != {self.host.boot_id()}
 
-    def _move_stale(self, scan: Scan) -> dict:
-        records = scan.records
-        return {"records": sum(len(r.changes) for r in records), "boot_ids": sorted({r.boot_id for r in records}),
-                "kept_in": str(self.journal.move_aside())}
+    def _carry_over(self, applied: Applied | None, scan: Scan) -> dict:
+        """After a reboot: copy the journal aside, then keep in it only the records of changes that
+        survive a reboot (files in /etc), re-dated to this boot; the rest a reboot already reset.
+
+        Each record is rewritten whole or removed, so a crash part-way leaves records of either
+        boot, and the next run carries over what is left: nothing of the admin's is ever lost.
+        Files that are not records tuned-rl could have written are dropped (the copy keeps them)."""
+        boot = self.host.boot_id()
+        kept_in = self.journal.copy_aside()
+        carried = set_aside = 0
+        boot_ids = sorted({r.boot_id for r in scan.records} | ({applied.boot_id} if applied else set()))
+        if applied is not None and applied.boot_id != boot:
+            self.journal.begin(dataclasses.replace(applied, boot_id=boot))
+        for record in scan.records:
+            lasting = [c for c in record.changes if c.handler.survives_reboot(c)]
+            set_aside += len(record.changes) - len(lasting)
+            carried += len(lasting)
+            if lasting:
+                record.boot_id = boot
+                self.journal.replace(record, lasting)
+            else:
+                self.journal.remove(record)
+        for unreadable in scan.unreadable:
+            unreadable.path.unlink(missing_ok=True)
+        return {"records": carried + set_aside, "set_aside": set_aside, "carried": carried, "boot_ids": boot_ids,
+                "kept_in": str(kept_in)}
 
     def _change_status(self, record: StepRecord, change: Change, stale: bool) -> dict:
         show = change.handler.show

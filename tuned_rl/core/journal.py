@@ -6,7 +6,8 @@ Layout of the state directory::
     journal/applied.json  the profile being applied (name, path, boot id, host root, time)
     journal/NNNNNN.jsonl  one step's undo records: a header line, a line per change,
                           then a line for each later state ("done")
-    stale/<time>/         journals from an earlier boot, moved aside and kept for reading
+    stale/<time>/         journals from an earlier boot, copied aside and kept for reading; the
+                          journal then keeps only the records of what survives a reboot (files)
     refused/<time>/       records rollback would not replay (unreadable, or naming a place
                           tuned-rl does not write), moved aside and kept for reading
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from tuned_rl.core.changes import Change
 from tuned_rl.core.kinds import UnknownKind
 from tuned_rl.core.state_dir import ensure_private_dir
+from tuned_rl.host.host import write_whole
 
 DEFAULT_STATE_DIR = "/var/lib/tuned-rl"
 FORMAT = 2
@@ -156,7 +158,7 @@ class Journal:
         """Append a state line (one fdatasync)."""
         fd = os.open(record.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            os.write(fd, (json.dumps({"state": state}) + "\n").encode())
+            write_whole(fd, (json.dumps({"state": state}) + "\n").encode())
             os.fdatasync(fd)
         finally:
             os.close(fd)
@@ -186,6 +188,17 @@ class Journal:
         target = self._aside("stale")
         os.replace(self.directory, target)
         self._next_seq = None
+        return target
+
+    def copy_aside(self) -> Path:
+        """Copy every regular file of the journal to ``stale/<time>``, kept for reading (after a
+        reboot, before the records of run-time state are dropped from the journal)."""
+        target = self._aside("stale")
+        target.mkdir(mode=0o700)
+        for path in sorted(self.directory.iterdir()):
+            if path.is_symlink() or not path.is_file():
+                continue
+            _write_durably(target / path.name, _read_nofollow(path))
         return target
 
     def move_refused(self, paths: list[Path]) -> Path:
@@ -297,10 +310,13 @@ def _write_durably(path: Path, text: str) -> None:
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, text.encode())
+        write_whole(fd, text.encode())  # a short write (a nearly full disk) is an error, never a torn record
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 

@@ -48,6 +48,12 @@ class Kind:
     # process's pages ended up, not where they were sent).
     shows_read_back: ClassVar[bool] = False
 
+    def survives_reboot(self, change: "Change") -> bool:
+        """Whether what the change wrote is still there after a reboot. Kernel run-time state (a
+        sysctl, an IRQ mask, a cgroup, a task's policy) is not: a reboot resets it, so its undo
+        record is set aside. A file on disk is: its record is kept, and replayed after the reboot."""
+        return False
+
     def read(self, host: Host, change: "Change") -> Value:
         """The value the host holds now; raises TaskGone for a task that is gone."""
         raise NotImplementedError
@@ -167,6 +173,9 @@ class ConfigFile(Kind):
 
     name = "config_file"
 
+    def survives_reboot(self, change):
+        return _on_disk(change.target)
+
     def read(self, host, change):
         path = host.path(change.target)
         if not path.exists() and not path.is_symlink():
@@ -209,6 +218,9 @@ class Directory(Kind):
 
     name = "directory"
 
+    def survives_reboot(self, change):
+        return _on_disk(change.target)
+
     def read(self, host, change):
         if host.is_dir(change.target):
             return "present"
@@ -227,6 +239,11 @@ class Directory(Kind):
 
     def valid_value(self, value):
         return value in (None, "present")
+
+
+def _on_disk(path: str) -> bool:
+    """A path outside the file systems a boot starts empty (/run, /proc, /sys, /dev, /tmp)."""
+    return not str(path).startswith(("/run/", "/proc/", "/sys/", "/dev/", "/tmp/"))
 
 
 class CgroupDir(Kind):
