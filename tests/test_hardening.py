@@ -179,3 +179,29 @@ def test_a_process_name_with_control_characters_cannot_hide_or_forge_a_plan_row(
         assert status == 0, err
         assert "\x1b" not in out and "\n             rt_runtime" not in out
         assert "job\\n             rt_runtime: nothing  unchanged\\x1b[2K" in out
+
+
+@pytest.mark.parametrize("mode, refused", [(0o777, True), (0o1777, False), (0o755, False)])
+def test_a_state_directory_below_a_parent_others_can_write_is_refused(mode, refused, tree, cli, profile_file,
+                                                                      tmp_path, monkeypatch):
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    os.chmod(parent, mode)
+    monkeypatch.setenv("TUNED_RL_STATE_DIR", str(parent / "state"))
+    status, _, err = cli("apply", profile_file(PROFILE))
+    if refused:
+        assert status == 1 and f"{parent}, a parent of the state directory" in err and "mode 777" in err, err
+        assert tree.get(RT) == "950000" and not (parent / "state").exists()
+    else:
+        assert status == 0, err
+        assert cli("rollback")[0] == 0
+
+
+@needs_root
+def test_a_state_directory_below_another_users_parent_is_refused(tree, cli, profile_file, tmp_path, monkeypatch):
+    parent = tmp_path / "theirs"
+    parent.mkdir()
+    os.chown(parent, 65534, 65534)
+    monkeypatch.setenv("TUNED_RL_STATE_DIR", str(parent / "state"))
+    status, _, err = cli("apply", profile_file(PROFILE))
+    assert status == 1 and "is owned by uid 65534" in err and f"{parent}, a parent" in err, err

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -67,3 +69,16 @@ def test_latency_figures_and_awkward_labels_survive_the_text_format():
 def test_a_metrics_file_in_a_missing_directory_exits_2(tree, cli, profile_file, tmp_path):
     status, _, err = cli("apply", profile_file(PROFILE), "--metrics-file", tmp_path / "nope" / "m.prom")
     assert status == 2 and "does not exist" in err
+
+
+def test_the_metrics_file_gets_its_mode_through_its_descriptor_not_its_name(tmp_path, monkeypatch):
+    # chmod by name after the write would act on whatever the name points to by then.
+    from tuned_rl.core import metrics
+
+    def no_chmod_by_name(*args, **kwargs):
+        raise AssertionError("chmod by name")
+    monkeypatch.setattr(os, "chmod", no_chmod_by_name)
+    monkeypatch.setattr(os, "umask", lambda mask: 0o077)
+    path = tmp_path / "tuned_rl.prom"
+    metrics.write(path, "x 1\n")
+    assert path.read_text() == "x 1\n" and path.stat().st_mode & 0o777 == 0o644
