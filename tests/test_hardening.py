@@ -205,3 +205,18 @@ def test_a_state_directory_below_another_users_parent_is_refused(tree, cli, prof
     monkeypatch.setenv("TUNED_RL_STATE_DIR", str(parent / "state"))
     status, _, err = cli("apply", profile_file(PROFILE))
     assert status == 1 and "is owned by uid 65534" in err and f"{parent}, a parent" in err, err
+
+
+def test_a_symlink_planted_in_the_host_tree_is_never_written_through(tree, cli, profile_file, tmp_path):
+    # Below TUNED_RL_HOST_ROOT a link (sys -> elsewhere) would turn a test tree's write into a write
+    # outside it, on the real host if it pointed there.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "sched_rt_runtime_us").write_text("950000\n")
+    kernel = tree.host.path("/proc/sys/kernel")
+    target = kernel / "sched_rt_runtime_us"
+    target.unlink()
+    target.symlink_to(outside / "sched_rt_runtime_us")
+    status, out, err = cli("apply", profile_file(PROFILE), "--no-verify")
+    assert status == 1 and "is a symbolic link below the host root" in out + err, out + err
+    assert (outside / "sched_rt_runtime_us").read_text() == "950000\n"
