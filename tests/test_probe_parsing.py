@@ -114,3 +114,35 @@ def test_bpf_events_are_copied_raw_and_decoded_when_taken_past_the_buffer_capaci
     assert list(zip(waits.tids.tolist(), waits.latencies.tolist(), waits.starts.tolist())) == sent
     assert waits.tids.dtype == waits.latencies.dtype == waits.starts.dtype == "int64"
     assert len(buffer.take()) == 0  # taken once
+
+
+# Lines as this kernel's trace_pipe printed them, from tasks that named themselves (prctl PR_SET_NAME).
+HIDING_NAME = ("  1.1: sched_q: -16777   [001] dN.5. 23622.508865: sched_wakeup: comm=python3 pid=16735 prio=120 "
+               "target_cpu=001")
+
+
+def test_a_task_name_that_looks_like_a_line_header_hides_no_wakeup():
+    assert _parse(HIDING_NAME.encode()) == (23622.508865, "sched_wakeup", {
+        "comm": "python3", "pid": "16735", "prio": "120", "target_cpu": "001"})
+
+
+def test_a_task_name_holding_field_text_fakes_no_preemption():
+    # The thread switched out sleeping (S); the task switched in calls itself "x prev_state=R".
+    line = ("  python3-42 [000] d..2. 7.000000: sched_switch: prev_comm=python3 prev_pid=42 prev_prio=120 "
+            "prev_state=S ==> next_comm=x prev_state=R next_pid=9 next_prio=120")
+    assert _parse(line.encode())[2]["prev_state"] == "S"
+    probe = TracefsProbe()
+    probe._watched = {42}
+    _, latencies = feed(probe, [line, switch("7.001000", 9, "S", 42)])
+    assert latencies == []  # asleep is not waiting: nothing to time
+
+
+def test_names_with_arrows_equals_and_spaces_parse_as_the_fields_they_are():
+    line = ("  a ==> next_comm-7 [001] d..2. 9.5: sched_switch: prev_comm=a ==> next_comm prev_pid=7 prev_prio=120 "
+            "prev_state=R+ ==> next_comm=next_pid=1 x next_pid=8 next_prio=100")
+    assert _parse(line.encode())[2] == {"prev_comm": "a ==> next_comm", "prev_pid": "7", "prev_prio": "120",
+                                        "prev_state": "R+", "next_comm": "next_pid=1 x", "next_pid": "8",
+                                        "next_prio": "100"}
+    fork = "  p-1 [000] ..... 1.0: sched_process_fork: comm=child_pid=5 pid=1 child_comm=pid=3 child_pid=2"
+    assert _parse(fork.encode())[2] == {"comm": "child_pid=5", "pid": "1", "child_comm": "pid=3", "child_pid": "2"}
+    assert _parse(b"  p-1 [000] ..... 1.0: sched_switch: prev_comm=this name is far too long prev_pid=1") is None

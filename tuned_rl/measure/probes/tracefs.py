@@ -20,8 +20,28 @@ REORDER_S = 0.05
 
 INSTANCE = re.compile(r"^tuned-rl-(\d+)$")
 
-_LINE = re.compile(r"\s(\d+\.\d+): (sched_\w+): (.*)$")
-_FIELD = re.compile(r"(\w+)=(\S*)")
+# A trace_pipe line, parsed by its fixed layout, never by searching it: every comm in it (the
+# task's, prev_comm, next_comm, comm, child_comm) is text a user chose, up to TASK_COMM_LEN - 1
+# (15) bytes, and may hold spaces, "=", ": sched_" or " ==> ". The header is
+# "<comm>-<pid> [<cpu>] <flags> <seconds>: <event>: " (a "(<tgid>)" column with record-tgid);
+# the comm there is at most 16 characters, and no longer candidate can be followed by
+# "-<digits> [". Each event's fields are matched whole, anchored at both ends, with each comm
+# bounded: a name such as "x prev_state=R" or " 1.1: sched_q: " cannot fit a second parse.
+_COMM = r".{0,16}"
+_HEADER = re.compile(rf"^\s*{_COMM}-\d+\s+(?:\(\s*[\d-]+\)\s+)?\[\d+\]\s+(?:\S+\s+)?(\d+\.\d+): (\w+): (.*)$", re.S)
+_WAKEUP = re.compile(rf"^comm=(?P<comm>{_COMM}) pid=(?P<pid>\d+) prio=(?P<prio>-?\d+)(?: success=\d+)?"
+                     rf" target_cpu=(?P<target_cpu>\d+)$", re.S)
+_FIELDS = {
+    "sched_switch": re.compile(
+        rf"^prev_comm=(?P<prev_comm>{_COMM}) prev_pid=(?P<prev_pid>\d+) prev_prio=(?P<prev_prio>-?\d+) "
+        rf"prev_state=(?P<prev_state>\S+) ==> next_comm=(?P<next_comm>{_COMM}) next_pid=(?P<next_pid>\d+) "
+        rf"next_prio=(?P<next_prio>-?\d+)$", re.S),
+    "sched_wakeup": _WAKEUP,
+    "sched_wakeup_new": _WAKEUP,
+    "sched_process_fork": re.compile(
+        rf"^comm=(?P<comm>{_COMM}) pid=(?P<pid>\d+) child_comm=(?P<child_comm>{_COMM}) "
+        rf"child_pid=(?P<child_pid>\d+)$", re.S),
+}
 
 
 class TracefsProbe(LatencyProbe):
@@ -166,10 +186,13 @@ class TracefsProbe(LatencyProbe):
 
 def _parse(line: bytes) -> tuple[float, str, dict] | None:
     """(timestamp, event name, fields) of one trace_pipe line, or None for anything else."""
-    match = _LINE.search(line.decode(errors="replace"))
-    if not match:
+    header = _HEADER.match(line.decode(errors="replace"))
+    if not header or header[2] not in _FIELDS:
         return None
-    return float(match[1]), match[2], dict(_FIELD.findall(match[3]))
+    fields = _FIELDS[header[2]].match(header[3])
+    if not fields:
+        return None
+    return float(header[1]), header[2], fields.groupdict()
 
 
 def remove_leftover_instances(host: Host) -> list[str]:
