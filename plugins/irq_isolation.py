@@ -144,7 +144,7 @@ def queue_changes(host, latency: set[int], notes: list[str]) -> list[Change]:
 
 def _plan_irqbalance(host, step: Step, mode: str, latency: set[int]) -> None:
     config = irqbalance_config_path(host)
-    running = any(p.comm == "irqbalance" for p in host.processes())
+    running = irqbalance_running(host)
     installed = running or host.exists(config) or any(host.exists(b) for b in IRQBALANCE_BINARIES)
     if not installed:
         return
@@ -175,6 +175,17 @@ def _plan_irqbalance(host, step: Step, mode: str, latency: set[int]) -> None:
                                follow_up="irqbalance-try-restart" if systemd else None))
     if not systemd and running:
         step.notes.append(f"irqbalance runs outside systemd: restart it yourself to read {config}")
+
+
+def irqbalance_running(host) -> bool:
+    """An irqbalance daemon runs: a root process whose executable is irqbalance's. Not any process
+    called irqbalance: a user's process can take that name, and root would then write /etc for it."""
+    for process in host.processes():
+        if process.comm != "irqbalance" or process.kernel_thread or any(process.uids):
+            continue
+        if host.process_exe(process.pid) in IRQBALANCE_BINARIES:
+            return True
+    return False
 
 
 def irqbalance_config_path(host) -> str:

@@ -45,7 +45,6 @@ from tuned_rl.measure.targets import TargetError, target_processes, unit_cgroup
 OFFLINE = "tuned-rl-offline"
 MATCH_KEYS = ("name", "cmdline", "user", "cgroup", "unit")
 IO_CLASSES = {"idle": "idle:0", "best-effort": "best-effort:7"}
-OWN_COMMAND = re.compile(r"(^|[/\s])tuned-rl(\s|$)|-m tuned_rl\.")  # the CLI, its canary and helpers
 
 
 class Matchers(ValueType):
@@ -159,17 +158,18 @@ def match_jobs(host, matchers: list[dict], target_table: dict | None) -> tuple[l
             target = {p.tgid for p in target_processes(host, target_table)}
         except TargetError:
             pass
-    ours = _own_processes(host)
+    processes = host.processes()
+    ours = _own_processes(host, processes)
     units = {m["unit"]: _unit_relative(host, m["unit"]) for m in matchers if "unit" in m}
     user_name = functools.lru_cache(maxsize=None)(host.user_name)  # /etc/passwd once, not per process
     matched, spared = [], []
-    for process in host.processes():
+    for process in processes:
         why = next((w for w in (_matches(user_name, process, m, units) for m in matchers) if w), None)
         if why is None:
             continue
         reason = ("it is the [target]" if process.tgid in target else "PID 1" if process.pid == 1
                   else "a kernel thread" if process.kernel_thread else "tuned-rl itself or its helper"
-                  if process.pid in ours or OWN_COMMAND.search(process.cmdline) else None)
+                  if process.pid in ours else None)
         (spared if reason else matched).append((process, f"{why}; {reason}" if reason else why))
     return matched, spared
 
@@ -242,8 +242,11 @@ def _kernel_at_least(host, version: tuple[int, int]) -> bool:
         return False
 
 
-def _own_processes(host) -> set[int]:
-    """tuned-rl's own process and its ancestors (the shell or agent that runs it)."""
+def _own_processes(host, processes: list) -> set[int]:
+    """tuned-rl's own process, its ancestors (the shell or agent that runs it) and its descendants
+    (its canary and helpers), by pid: never by command line, which any job can make say "tuned-rl"."""
+    if not host.is_live:
+        return set()
     pids, pid = set(), os.getpid()
     while pid > 1 and pid not in pids:
         pids.add(pid)
@@ -251,7 +254,16 @@ def _own_processes(host) -> set[int]:
             pid = host.process(pid).ppid
         except LookupError:
             break
-    return pids if host.is_live else set()
+    children: dict[int, list[int]] = {}
+    for process in processes:
+        children.setdefault(process.ppid, []).append(process.pid)
+    below = [os.getpid()]
+    while below:
+        for child in children.get(below.pop(), []):
+            if child not in pids:
+                pids.add(child)
+                below.append(child)
+    return pids
 
 
 def _unit_relative(host, unit: str) -> str | None:

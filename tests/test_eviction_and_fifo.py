@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -217,3 +220,26 @@ def test_no_fifo_thread_means_skipped(host_tree, cli, profile_file):
 def test_fifo_removal_needs_a_named_workload(host_tree, cli, profile_file):
     status, _, err = cli("apply", profile_file("[target]\ncanary = true\n\n[sched_fifo]\n"))
     assert status == 2 and "needs a [target] naming the workload" in err
+
+
+def test_a_job_whose_command_line_says_tuned_rl_is_evicted_like_any_other(host_tree, cli, profile_file):
+    # tuned-rl is known by its pids (itself, its parents, its children), never by text a job can copy.
+    host_tree.add_process(900, "python3", uid=0, cmdline="python3 burn.py --pretend tuned-rl -m tuned_rl.x",
+                          start_time=9000)
+    profile = profile_file('[offline_eviction]\npolicy = "SCHED_IDLE"\ncgroup = false\n'
+                           '[[offline_eviction.match]]\ncmdline = "burn\\\\.py"\n')
+    [step] = json.loads(cli("apply", profile, "--dry-run", "--json")[1])["steps"]
+    assert any(n.startswith("matched pid 900 (python3)") for n in step["notes"]), step["notes"]
+
+
+def test_tuned_rl_its_parents_and_its_children_are_spared_by_pid():
+    from tuned_rl.host import Host
+    from tuned_rl_plugins.offline_eviction import _own_processes
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        host = Host()
+        ours = _own_processes(host, host.processes())
+        assert {os.getpid(), os.getppid(), child.pid} <= ours and 1 not in ours
+    finally:
+        child.kill()
+        child.wait()

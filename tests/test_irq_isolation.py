@@ -168,3 +168,24 @@ def test_banned_config_replaces_the_list_in_place_and_keeps_every_other_line():
 def test_a_bad_table_exits_2(irqs, cli, profile_file, table, message):
     status, _, err = cli("apply", profile_file(f"[irq_isolation]\n{table}\n"))
     assert status == 2 and message in err, err
+
+
+def test_a_user_process_named_irqbalance_is_not_irqbalance(irqs, cli, profile_file):
+    # Root must not create /etc/default/irqbalance and try-restart a service for a user's process.
+    irqs.add_process(800, "irqbalance", uid=65534, start_time=800)
+    os.symlink("/usr/sbin/irqbalance", irqs.host.path("/proc/800/exe"))
+    irqs.add_process(801, "irqbalance", uid=0, start_time=801)
+    os.symlink("/home/u/irqbalance", irqs.host.path("/proc/801/exe"))
+    irqs.host.path("/etc/default").mkdir(parents=True)
+    assert cli("apply", profile_file(PROFILE))[0] == 0
+    assert not irqs.host.exists("/etc/default/irqbalance") and not irqs.host.exists(ACTIONS)
+    assert cli("rollback")[0] == 0
+
+
+def test_root_running_irqbalances_executable_is_irqbalance(irqs, cli, profile_file):
+    irqs.add_process(802, "irqbalance", uid=0, start_time=802)
+    os.symlink("/usr/sbin/irqbalance", irqs.host.path("/proc/802/exe"))
+    irqs.host.path("/etc/default").mkdir(parents=True)
+    assert cli("apply", profile_file(PROFILE))[0] == 0
+    assert "IRQBALANCE_BANNED_CPULIST=1" in irqs.get("/etc/default/irqbalance")
+    assert cli("rollback")[0] == 0 and not irqs.host.exists("/etc/default/irqbalance")

@@ -366,6 +366,14 @@ class Host:
                 return tuple(int(x) for x in line.split()[1:])
         raise TaskGone(f"pid {pid}: no Uid line in its status")
 
+    def process_exe(self, pid: int) -> str | None:
+        """The path of the program a process runs (its /proc/PID/exe link), or None if it cannot be
+        read (a kernel thread, an exited process)."""
+        try:
+            return os.readlink(f"{self._proc}/{int(pid)}/exe")
+        except OSError:
+            return None
+
     def process(self, pid: int) -> ProcessInfo:
         """What tuned-rl knows of one process or thread; raises TaskGone if it is gone."""
         try:
