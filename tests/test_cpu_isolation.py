@@ -287,3 +287,24 @@ def test_a_process_that_is_root_in_one_user_id_only_is_not_roots(cgroup_tree):
 def test_target_users_that_cannot_work_exit_2(cgroup_tree, cli, profile_file, table, message):
     status, _, err = cli("apply", profile_file(table + '\n[sysctl]\n"vm.swappiness" = 10\n'), "--dry-run")
     assert status == 2 and message in err, err
+
+
+def test_v1_a_thread_placed_apart_from_its_process_goes_back_apart(cgroup_tree, cli, profile_file):
+    # The runtime put the workload's I/O thread 102 in its own cpuset; the whole process moves into
+    # the workload's cpuset, and rollback must put 102 back in /io, not beside the main thread.
+    tree = cgroup_tree
+    v1_host(tree)
+    tree.set(f"{CPUSET}/io/cpuset.cpus", "0-1")
+    tree.set(f"{CPUSET}/io/cpuset.mems", "0")
+    tree.set(f"{CPUSET}/io/tasks", "")
+    tree.set("/proc/100/task/102/cgroup", "1:cpu:/\n2:cpuset:/io\n")
+    original = tree.snapshot()
+    status, out, err = cli("apply", profile_file(PROFILE), "--json")
+    assert status == 0, err
+    [move] = [c for c in json.loads(out)["steps"][0]["changes"] if c["target"] == f"pid 100 (model) process_cgroup in {CPUSET}"]
+    assert move["before"] == "/ (thread 102 in /io)" and move["after"] == "/tuned-rl-workload"
+    assert cgroup_of(tree, 100) == "/tuned-rl-workload"
+    assert cli("rollback")[0] == 0
+    from tuned_rl.host.processes import parse_cgroup_file
+    assert parse_cgroup_file(tree.get("/proc/100/task/102/cgroup"))["cpuset"] == "/io"
+    assert tree.snapshot() == original

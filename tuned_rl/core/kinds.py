@@ -473,10 +473,60 @@ class ThreadCgroup(Kind):
 
 
 class ProcessCgroup(ThreadCgroup):
-    """Which cgroup a whole process (every thread) is in, through ``cgroup.procs`` (v1 and v2)."""
+    """Which cgroup a whole process (every thread) is in, through ``cgroup.procs`` (v1 and v2).
+
+    A move through ``cgroup.procs`` takes every thread along, but in a v1 hierarchy (or a v2
+    threaded subtree) a thread may sit apart from its main thread: a runtime that put its I/O
+    thread in a cpuset of its own. So the value read is the main thread's cgroup ("/rl") when
+    every thread is there, else ``{"cgroup": "/rl", "threads": {"TID:START_TIME": "/io"}}``;
+    writing that moves the process, then each thread apart back where it was (a thread that has
+    exited since is skipped).
+    """
 
     name = "process_cgroup"
     whole_process = True
+
+    def read(self, host, change):
+        main = host.get_cgroup(change.task, change.target)
+        apart = {f"{task.pid}:{task.start_time}": path
+                 for task, path in host.thread_cgroups(change.task, change.target).items()
+                 if task.pid != change.task.pid and path != main}
+        return {"cgroup": main, "threads": apart} if apart else main
+
+    def write(self, host, change, value):
+        super().write(host, change, value if isinstance(value, str) else value["cgroup"])
+        if isinstance(value, str):
+            return
+        from tuned_rl.host import Task
+        for identity, path in sorted(value["threads"].items()):
+            tid, start_time = (int(x) for x in identity.split(":"))
+            try:
+                host.set_cgroup(Task(tid, start_time), change.target, path)
+            except TaskGone:
+                continue
+
+    def show(self, value):
+        if isinstance(value, dict):
+            apart = ", ".join(f"thread {k.split(':')[0]} in {v}" for k, v in sorted(value["threads"].items()))
+            return f"{value['cgroup']} ({apart})"
+        return super().show(value)
+
+    def check(self, change):
+        problems = _absolute_path_problems(change.target) + Kind.check(self, change)
+        for value in (change.before, change.after):
+            paths = [value] if isinstance(value, str) else [value["cgroup"], *value["threads"].values()] \
+                if isinstance(value, dict) else []
+            problems += [f"{path!r} is not a cgroup path (\"/\" or \"/rl\")" for path in paths
+                         if not isinstance(path, str) or not path.startswith("/") or ".." in PurePosixPath(path).parts]
+        return problems
+
+    def valid_value(self, value):
+        if isinstance(value, str):
+            return True
+        return (isinstance(value, dict) and set(value) == {"cgroup", "threads"} and isinstance(value["cgroup"], str)
+                and isinstance(value["threads"], dict)
+                and all(isinstance(k, str) and re.fullmatch(r"\d+:\d+", k) and isinstance(v, str)
+                        for k, v in value["threads"].items()))
 
 
 for _kind in (FileValue(), CpuListFile(), CpuMaskFile(), ConfigFile(), Directory(), CgroupDir(), Sched(), Nice(),

@@ -312,6 +312,22 @@ class Host:
             raise LookupError(f"{task.label()} is in no cgroup of {hierarchy}")
         return path
 
+    def thread_cgroups(self, task: Task, hierarchy: str) -> dict[Task, str]:
+        """Each thread of process ``task`` and its cgroup relative to ``hierarchy`` (threads that exit
+        while being read left out)."""
+        self.check_task(task)
+        wanted = self.cgroup_mount(hierarchy).key
+        found = {}
+        for tid in sorted(self.thread_ids(task.pid)):
+            base = f"/proc/{task.pid}/task/{tid}"
+            try:
+                comm, fields = parse_stat(self.read(f"{base}/stat"))
+                path = parse_cgroup_file(self.read(f"{base}/cgroup")).get(wanted, "/")
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            found[Task(tid, int(fields[19]), comm)] = path
+        return found
+
     def set_cgroup(self, task: Task, hierarchy: str, cgroup: str, whole_process: bool = False) -> None:
         """Move a thread, or with ``whole_process`` its whole process, into ``cgroup`` of ``hierarchy``.
 
