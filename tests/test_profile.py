@@ -2,6 +2,8 @@
 
 
 from __future__ import annotations
+import os
+
 import pytest
 
 from tuned_rl.profiles.loader import ProfileError, load_profile
@@ -41,3 +43,16 @@ def test_a_cycle_names_every_file_in_it(profile_file):
     with pytest.raises(ProfileError) as err:
         load_profile(profile_file('[profile]\ninclude = ["a.toml"]\n'))
     assert "include cycle" in str(err.value) and "a.toml -> " in str(err.value)
+
+
+@pytest.mark.parametrize("spoil, words", [
+    (lambda p: os.chmod(p, 0o666), "is writable by group or others (mode 666)"),
+    (lambda p: os.chmod(p, 0o620), "is writable by group or others (mode 620)"),
+    pytest.param(lambda p: os.chown(p, 65534, 65534), "is owned by uid 65534",
+                 marks=pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown)")),
+])
+def test_an_included_profile_someone_else_could_write_is_refused(spoil, words, profile_file, tree, cli):
+    base = profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n", "base.toml")
+    spoil(base)
+    status, _, err = cli("apply", profile_file('[profile]\ninclude = ["base.toml"]\n'), "--dry-run")
+    assert status == 2 and words in err and "included profile 'base.toml'" in err, err

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11: the same parser, as its own package
@@ -85,9 +88,24 @@ def _merge_file(profile: Profile, path: Path, chain: tuple[Path, ...]) -> None:
             raise ProfileError([f"{path}: profile.include: include cycle: {cycle}"])
         if not included.is_file():
             raise ProfileError([f"{path}: profile.include: included profile {name!r} not found ({included})"])
+        _check_trusted(path, name, included)
         _merge_file(profile, included, chain + (path.resolve(),))
     for table, values in data.items():
         _merge_table(profile, path, table, values)
+
+
+def _check_trusted(path: Path, name: str, included: Path) -> None:
+    """An included profile steers a root apply as much as the one named on the command line, but
+    nobody named it there: it must be owned by root (or the user running tuned-rl) and writable by
+    nobody else, or whoever can write it chooses what root applies."""
+    info = included.stat()
+    if info.st_uid not in (0, os.geteuid()):
+        raise ProfileError([f"{path}: profile.include: included profile {name!r} ({included}) is owned by uid "
+                            f"{info.st_uid}: its owner would choose what tuned-rl applies (fix: chown root, or "
+                            "copy it)"])
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ProfileError([f"{path}: profile.include: included profile {name!r} ({included}) is writable by group "
+                            f"or others (mode {stat.S_IMODE(info.st_mode):o}) (fix: chmod go-w {included})"])
 
 
 def _merge_table(profile: Profile, path: Path, table: str, values) -> None:
