@@ -131,8 +131,9 @@ def tuned_rl_validate(profile, host):
         return problems
     try:
         node = node_of(host, table)
-        if len(topology(host).nodes) > 1:
-            topology(host).node_cpus(node)
+        nodes = topology(host)
+        if len(nodes.nodes) > 1 or node != 0:  # node 0 of a one-node host (or one without NUMA): skipped in plan
+            nodes.node_cpus(node)
     except NumaError as err:
         problems.append(Problem("numa.gpu" if "gpu" in table else "numa.node", str(err)))
     return problems

@@ -242,3 +242,9 @@ def test_rollback_right_after_a_reboot_restores_the_files_and_leaves_run_time_va
     assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "940000"
     assert not tree.host.exists("/etc/systemd/system/llm.service.d")
     assert cli("status")[1].strip() == "nothing applied"
+
+
+def test_a_node_a_one_node_host_lacks_exits_2_not_skipped(two_nodes, cli, profile_file):
+    two_nodes.set("/sys/devices/system/node/online", "0")
+    status, _, err = cli("apply", profile_file('[target]\nname = "^model$"\n\n[numa]\nnode = 7\n'))
+    assert status == 2 and "node 7 is not an online NUMA node of this host (nodes: 0)" in err, err
