@@ -61,6 +61,9 @@ def test_an_irq_the_kernel_will_not_move_is_named_and_does_not_fail_the_step(irq
     assert "will not move this interrupt" in note and os.strerror(code) in note
     assert "/proc/irq/36/smp_affinity_list" not in [c["target"] for c in step["changes"]]
     assert irqs.get("/proc/irq/24/smp_affinity_list") == "0" and irqs.get("/proc/irq/36/smp_affinity_list") == "0-1"
+    status_rows = json.loads(cli("status", "--json")[1])["changes"]
+    assert "/proc/irq/36/smp_affinity_list" not in [r["target"] for r in status_rows]  # left as it was: not ours
+    assert {r["state"] for r in status_rows} == {"holds"}
     status, out, _ = cli("rollback", "--json")
     assert status == 0 and irqs.snapshot() == original
 
@@ -189,3 +192,19 @@ def test_root_running_irqbalances_executable_is_irqbalance(irqs, cli, profile_fi
     assert cli("apply", profile_file(PROFILE))[0] == 0
     assert "IRQBALANCE_BANNED_CPULIST=1" in irqs.get("/etc/default/irqbalance")
     assert cli("rollback")[0] == 0 and not irqs.host.exists("/etc/default/irqbalance")
+
+
+def test_a_reverted_step_restarts_irqbalance_once_for_the_apply_and_once_for_the_revert(irqs, profile_file,
+                                                                                       state_dir):
+    from tuned_rl.core.agent import Agent
+    from tuned_rl.core.journal import Journal
+    from tuned_rl.core.plugin_host import load_plugins
+    from tuned_rl.profiles.loader import load_profile
+    from test_verify import FakeVerifier
+    with_irqbalance(irqs, "/etc/default/irqbalance", DEBIAN)
+    original = irqs.host.path("/etc/default/irqbalance").read_text()
+    step = load_plugins().plan(load_profile(profile_file(PROFILE)), irqs.host)[0]
+    report = Agent(load_plugins(), irqs.host, Journal(state_dir))._apply_step(0, step, "l", FakeVerifier(keep=False), "")
+    assert report.outcome == "reverted"
+    assert irqs.get(ACTIONS).splitlines() == ["systemctl try-restart -- irqbalance.service"] * 2
+    assert irqs.host.path("/etc/default/irqbalance").read_text() == original and Journal(state_dir).records() == []

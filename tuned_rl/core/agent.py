@@ -228,8 +228,17 @@ class Agent:
         changes = [c for c in record.changes if c.identity() not in gone_ids]
         step = dataclasses.replace(step, notes=step.notes + [f"left as it is: {r}" for r in dict.fromkeys(refused)])
         if result is not None and not result.keep:
-            self._undo_record(record, force=True)
+            # The verifier's revert wrote every value back and ran the follow-ups once: this only
+            # checks, rewrites what does not read back, and drops the record.
+            self._undo_record(record, force=True, follow_up_unchanged=False)
             return self._verified_report(step, result, changes, _tasks(gone))
+        if len(changes) < len(record.changes):
+            # Refused (a managed IRQ) or gone: never written, so nothing to undo or to show in status.
+            if changes:
+                self.journal.replace(record, changes)
+            else:
+                self.journal.remove(record)
+                return self._step_report(step, "unchanged", "nothing could be changed", [], _tasks(gone))
         self.journal.mark(record, "done")
         if result is None:
             return self._step_report(step, "applied", unverified or NOT_VERIFIED, changes, _tasks(gone))
@@ -292,14 +301,18 @@ class Agent:
         """Restore every record, newest first; each record is dropped once all of it is restored."""
         return [result for record in reversed(records) for result in self._undo_record(record, force)]
 
-    def _undo_record(self, record: StepRecord, force: bool) -> list[dict]:
-        """Restore one step's changes; ``force`` also overwrites values someone changed since."""
+    def _undo_record(self, record: StepRecord, force: bool, follow_up_unchanged: bool = True) -> list[dict]:
+        """Restore one step's changes; ``force`` also overwrites values someone changed since.
+
+        Follow-up actions run for the values restored and, unless ``follow_up_unchanged`` is
+        False, for those already back too: after a crash, a file may have been restored without
+        its daemon being restarted."""
         results, failed, touched = [], set(), []
         for change in reversed(record.changes):
             results.append(self._undo_one(record, change, force))
             if results[-1]["outcome"] == "failed":
                 failed.add(change.identity())
-            elif results[-1]["outcome"] != "gone":
+            elif results[-1]["outcome"] == "restored" or results[-1]["outcome"] == "unchanged" and follow_up_unchanged:
                 touched.append(change)
         try:
             self._run_follow_ups(touched)
