@@ -117,6 +117,13 @@ class Host:
     def read_bytes(self, target: str) -> bytes:
         return self.path(target).read_bytes()
 
+    def read_proc(self, relative: str, limit: int = 1 << 20) -> str:
+        """``/proc/<relative>`` as text, through a bare file descriptor (no pathlib): planning reads
+        three such files for each of a workload's threads, which may be tens of thousands."""
+        if not self.is_live:  # a test tree: through path(), which a stand-in host may map
+            return self.read_prefix(f"/proc/{relative}", limit).decode(errors="replace").strip()
+        return _read_small(f"{self._proc}/{relative}", limit).decode(errors="replace").strip()
+
     def read_prefix(self, target: str, limit: int) -> bytes:
         """The first ``limit`` bytes of a file, never more (a /proc/PID/cmdline can be megabytes)."""
         return _read_small(str(self.path(target)), limit)

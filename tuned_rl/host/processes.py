@@ -91,13 +91,13 @@ def read_process(host: "Host", pid: int, tgid: int | None = None, cmdline: str |
     ``tgid``: read the thread ``pid`` of that process (under /proc/<tgid>/task/). ``cmdline``: the
     process's command line, already read (its threads share it).
     """
-    base = f"/proc/{tgid}/task/{pid}" if tgid is not None else f"/proc/{pid}"
+    relative = f"{int(tgid)}/task/{int(pid)}" if tgid is not None else f"{int(pid)}"
     try:
-        comm, fields = parse_stat(host.read(f"{base}/stat"))
-        status = _status(host.read(f"{base}/status"))
+        comm, fields = parse_stat(host.read_proc(f"{relative}/stat"))
+        status = _status(host.read_proc(f"{relative}/status"))
         if cmdline is None:
-            cmdline = read_cmdline(host, base)
-        cgroups = parse_cgroup_file(host.read(f"{base}/cgroup"))
+            cmdline = read_cmdline(host, f"/proc/{relative}")
+        cgroups = parse_cgroup_file(host.read_proc(f"{relative}/cgroup"))
     except (FileNotFoundError, ProcessLookupError) as err:
         raise ProcessVanished(f"pid {pid} has exited") from err
     policy = int(fields[38]) if len(fields) > 38 else 0
