@@ -89,3 +89,15 @@ def test_live_kernel_threads_are_flagged():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_command_line_is_read_and_matched_on_its_first_4_kib_only(tree):
+    from tuned_rl.host.host import CMDLINE_LIMIT
+    tree.add_process(700, "python3", (701,), cmdline="python " * 500_000 + "serve")  # 3.5 MB
+    comm, cmdline = tree.host.process_names(700)
+    assert len(cmdline.encode()) <= CMDLINE_LIMIT and cmdline.startswith("python python")
+    assert all(len(t.cmdline.encode()) <= CMDLINE_LIMIT for t in tree.host.threads(700))
+    assert len(tree.host.process(700).cmdline.encode()) <= CMDLINE_LIMIT
+    # "python.*serve" would scan megabytes from each of half a million starts; on 4 KiB it finds no "serve".
+    assert resolve_tids(tree.host, Target("name", "python.*serve")) == set()
+    assert resolve_tids(tree.host, Target("name", "^python python")) == {700, 701}
