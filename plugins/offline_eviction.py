@@ -128,12 +128,39 @@ def tuned_rl_plan(profile, host):
         step.skip_reason = "no running process matches" + (" (but some were spared: see the notes)" if spared else "")
         return [step]
     step.notes += [f"matched pid {p.pid} ({p.comm}): {why}" for p, why in jobs]
-    processes = [p for p, _ in jobs]
+    _plan_jobs(host, table, step, [p for p, _ in jobs])
+    return [step]
+
+
+@hookimpl
+def tuned_rl_plan_process(profile, host, process):
+    """A job that started after the apply: evicted as the apply would have, with its descendants
+    (children it forked before this move stay where it was, and would otherwise escape)."""
+    table = profile.get("offline_eviction")
+    if table is None or process.kernel_thread or process.pid == 1:
+        return None
+    user_name = functools.lru_cache(maxsize=None)(host.user_name)
+    units = {m["unit"]: _unit_relative(host, m["unit"]) for m in table["match"] if "unit" in m}
+    why = next((w for w in (_matches(user_name, process, m, units) for m in table["match"]) if w), None)
+    if why is None:
+        return None
+    processes = host.processes()
+    if process.pid in _own_processes(host, processes) or process.tgid in _target_tgids(host, profile.get("target")):
+        return None
+    jobs = [process] + [p for p in _descendants(processes, process.pid) if not p.kernel_thread]
+    step = Step("offline_eviction", f"evict offline job pid {process.pid} ({process.comm})")
+    step.notes.append(f"matched pid {process.pid} ({process.comm}): {why}")
+    _plan_jobs(host, table, step, jobs)
+    return [step]
+
+
+def _plan_jobs(host, table: dict, step: Step, processes: list) -> None:
+    """Add to ``step`` the changes that evict ``processes`` (or set its skip reason)."""
     if table.get("cgroup", True):
         changes, reason = cgroup_changes(host, processes, table.get("cpus"))
         if reason:
             step.skip_reason = reason
-            return [step]
+            return
         step.changes += changes
     for process in processes:
         for thread in host.threads(process.pid):
@@ -147,17 +174,33 @@ def tuned_rl_plan(profile, host):
                 except LookupError:
                     continue  # exited since it was listed
                 step.changes.append(Change("io_priority", "", before, IO_CLASSES[table["io_class"]], task=thread.task))
-    return [step]
+
+
+def _target_tgids(host, target_table: dict | None) -> set[int]:
+    if target_table is None or target_table.get("canary"):
+        return set()
+    try:
+        return {p.tgid for p in target_processes(host, target_table)}
+    except TargetError:
+        return set()
+
+
+def _descendants(processes: list, pid: int) -> list:
+    children: dict[int, list] = {}
+    for process in processes:
+        children.setdefault(process.ppid, []).append(process)
+    found, below = [], [pid]
+    while below:
+        for child in children.get(below.pop(), []):
+            if child.pid != pid and child not in found:
+                found.append(child)
+                below.append(child.pid)
+    return found
 
 
 def match_jobs(host, matchers: list[dict], target_table: dict | None) -> tuple[list, list]:
     """(matched processes with why, spared processes with why), each a list of (ProcessInfo, str)."""
-    target = set()
-    if target_table is not None and not target_table.get("canary"):
-        try:
-            target = {p.tgid for p in target_processes(host, target_table)}
-        except TargetError:
-            pass
+    target = _target_tgids(host, target_table)
     processes = host.processes()
     ours = _own_processes(host, processes)
     units = {m["unit"]: _unit_relative(host, m["unit"]) for m in matchers if "unit" in m}

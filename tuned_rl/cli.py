@@ -103,6 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
     rollback = commands.add_parser("rollback", help="undo everything the journal holds, newest first")
     rollback.add_argument("--force", action="store_true",
                           help="also restore values someone changed since the apply (default: keep theirs)")
+    watch = commands.add_parser(
+        "watch", help="keep the applied profile in force for processes that start later (foreground)",
+        description="Reads the applied profile from the journal and applies its per-process rules (eviction, "
+                    "and the other plugins' tuned_rl_plan_process) to each process that starts, renames "
+                    "itself or changes user, journaling every change as apply does; /proc is rescanned after "
+                    "lost events and periodically. SIGTERM or Ctrl-C ends it and leaves the tuning; "
+                    "`tuned-rl rollback` undoes all of it, late processes included. Exit 1: nothing applied.")
+    watch.add_argument("--rescan-seconds", type=_positive(float), default=30.0,
+                       help="rescan /proc this often, a backstop for lost events (default %(default)s)")
     for name, text in [("status", "what is applied, and whether it drifted"),
                        ("plugins", "loaded plugins and the tables they own")]:
         commands.add_parser(name, help=text)
@@ -428,7 +437,37 @@ def _measure_problems(host: Host, args) -> list:
     return TARGET_TABLE.check(table, host) or target_problems(table, host)
 
 
-COMMANDS = {"apply": cmd_apply, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,
+def cmd_watch(agent: Agent, args) -> int:
+    if not _may_change(agent.host, "watch"):
+        return EXIT_FAILED
+    import signal
+    from tuned_rl.watch.proc_events import ProcEventSource, ProcEventsError
+    from tuned_rl.watch.watcher import NothingApplied, Watcher, run
+
+    def emit(event: dict) -> None:
+        event = {"time": round(time.time(), 3), **event}
+        if args.json:
+            print(json.dumps(event), flush=True)
+        else:
+            details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("time", "event"))
+            print(f"{time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']}: {details}", flush=True)
+
+    stop = []
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop.append(True))
+    watcher = Watcher(agent, emit, args.rescan_seconds)
+    try:
+        with ProcEventSource() as source:
+            return run(watcher, source, lambda: bool(stop))
+    except ProcEventsError as err:
+        print(f"tuned-rl: watch: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except NothingApplied as err:
+        print(f"tuned-rl: watch: {err}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+COMMANDS = {"apply": cmd_apply, "watch": cmd_watch, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,
             "measure": cmd_measure, "diagnose": cmd_diagnose, "doctor": cmd_doctor, "exec": cmd_exec}
 
 

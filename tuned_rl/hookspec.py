@@ -6,7 +6,7 @@ import pluggy
 
 from tuned_rl.core.changes import Step
 from tuned_rl.core.kinds import Kind
-from tuned_rl.host import Host
+from tuned_rl.host import Host, ProcessInfo
 from tuned_rl.profiles.loader import Profile
 from tuned_rl.profiles.schema import Problem, Table
 
@@ -53,6 +53,25 @@ def tuned_rl_plan(profile: Profile, host: Host) -> list[Step] | None:
     :param profile: the whole merged, validated profile.
     :param host: where to read current values.
     :return: steps in the order to apply them; None or [] if the profile has no table of yours.
+    """
+
+
+@hookspec
+def tuned_rl_plan_process(profile: Profile, host: Host, process: ProcessInfo) -> list[Step] | None:
+    """Plan this plugin's changes for one process that started (or changed its name or user)
+    after the profile was applied: `tuned-rl watch` calls it for each such process, and for every
+    process on each rescan of /proc. No writes.
+
+    Return only what this process (and, if your rule says so, its descendants) needs now: a
+    process already placed plans no pending change, so calling this twice changes nothing the
+    second time. watch journals each step's ``before`` durably and writes its changes exactly as
+    ``apply`` does, so ``rollback`` (and a ``kill -9`` of watch at any moment) restore the late
+    processes too.
+
+    :param profile: the applied profile (merged, validated).
+    :param host: where to read current values.
+    :param process: the process's main thread as :class:`tuned_rl.host.ProcessInfo`.
+    :return: steps with the changes for it; None or [] if your tables do not concern it.
     """
 
 

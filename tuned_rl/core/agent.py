@@ -117,9 +117,18 @@ class Agent:
                 step_report = self._apply_step(index, step, label, verifier, unverified)
                 report.steps.append(step_report)
                 status = 1 if step_report.outcome == "failed" else 0
-            self.journal.finish()
+            # applied.json stays even when no step changed anything: the profile is applied, and
+            # `tuned-rl watch` keeps it in force for the processes that start later.
         self.progress("")  # done: an empty line clears the progress display
         return report, status
+
+    def apply_watched_step(self, step: Step) -> StepReport:
+        """Journal and write one step `tuned-rl watch` planned for a process that started after the
+        apply (the caller holds the lock). Unverified here: it is part of a profile already applied."""
+        self._check_writable([step])
+        index = 1_000_000 + len(self.journal.records())  # after the apply's own steps
+        return self._apply_step(index, step, f"watch: {self._plugin(step)}: {step.title}", None,
+                                "applied by watch to a process that started after the apply")
 
     def _start_verifier(self, stack: ExitStack, profile: Profile, verify: bool) -> tuple[Verifier | None, str]:
         """A started Verifier, or None and the reason steps go unverified."""

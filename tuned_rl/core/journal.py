@@ -102,7 +102,6 @@ class Journal:
     def __init__(self, state_dir: str | os.PathLike):
         self.state_dir = Path(state_dir)
         self.directory = self.state_dir / "journal"
-        self._next_seq: int | None = None
 
     def applied(self) -> Applied | None:
         path = self.directory / "applied.json"
@@ -146,10 +145,9 @@ class Journal:
     def add(self, record: StepRecord) -> StepRecord:
         """Assign the next sequence number and write the whole record durably."""
         self._prepare()
-        if self._next_seq is None:
-            self._next_seq = max((int(p.name[:6]) for p in self._record_paths() if p.name[:6].isdigit()),
-                                 default=0) + 1
-        record.seq, self._next_seq = self._next_seq, self._next_seq + 1
+        # Read from the directory each time, never cached: `tuned-rl watch` adds records from
+        # another process between an apply's (each under the lock).
+        record.seq = max((int(p.name[:6]) for p in self._record_paths() if p.name[:6].isdigit()), default=0) + 1
         record.path = self.directory / f"{record.seq:06d}.jsonl"
         _write_durably(record.path, _lines(record))
         return record
@@ -187,7 +185,6 @@ class Journal:
         """Move the whole journal to ``stale/<time>`` (for records of an earlier boot)."""
         target = self._aside("stale")
         os.replace(self.directory, target)
-        self._next_seq = None
         return target
 
     def copy_aside(self) -> Path:

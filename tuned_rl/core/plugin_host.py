@@ -74,6 +74,12 @@ class PluginHost:
         return sorted(steps, key=lambda step: (phase_rank(self.phase_of(step.table)),
                                                order.get(step.table, len(order))))
 
+    def plan_process(self, profile: Profile, host: Host, process) -> list[Step]:
+        """Every plugin's steps for one process that started after the apply, in phase order."""
+        found = self.manager.hook.tuned_rl_plan_process(profile=profile, host=host, process=process)
+        steps = [s for result in found for s in result or []]
+        return sorted(steps, key=lambda step: phase_rank(self.phase_of(step.table)))
+
     def _unknown_table(self, name: str) -> str:
         message = f"unknown table [{name}] (known: {', '.join(sorted(self.tables)) or 'none'})"
         failed = ", ".join(f.name for f in self.failures)

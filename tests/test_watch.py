@@ -1,0 +1,136 @@
+"""`tuned-rl watch` on temporary trees: late processes planned by tuned_rl_plan_process, journaled,
+written and rolled back; events parsed from the process connector's bytes."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from helpers import CgroupTreeHost
+from tuned_rl.core.agent import Agent
+from tuned_rl.core.journal import Journal
+from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.host.processes import parse_cgroup_file
+from tuned_rl.watch import proc_events
+from tuned_rl.watch.proc_events import ProcEvent, parse
+from tuned_rl.watch.watcher import NothingApplied, Watcher, run
+
+CPU = "/sys/fs/cgroup/cpu"
+V1 = {"cpu": "/", "cpuset": "/"}
+PROFILE = """\
+[target]
+name = "^model$"
+
+[offline_eviction]
+policy = "SCHED_IDLE"
+
+[[offline_eviction.match]]
+cmdline = "archive\\\\.py"
+"""
+
+
+@pytest.fixture
+def node(cgroup_tree_host):
+    tree = cgroup_tree_host
+    tree.set(f"{CPU}/cgroup.procs", "")
+    tree.set("/proc/sys/kernel/osrelease", "6.1.0-28-amd64")
+    tree.add_process(1, "systemd", ppid=0, cgroups=V1, start_time=1)
+    tree.add_process(100, "model", cmdline="python serve.py", cgroups=V1, start_time=5000)
+    return tree
+
+
+class FakeSource:
+    """Hands out one batch of events per read, then asks the loop to stop."""
+
+    def __init__(self, batches):
+        self.batches, self.lost = list(batches), 0
+
+    def read(self, timeout):
+        batch = self.batches.pop(0) if self.batches else []
+        if callable(batch):
+            return batch()
+        return batch
+
+
+def watch(tree, state_dir, batches, emitted):
+    agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
+    source = FakeSource(batches)
+    return run(Watcher(agent, emitted.append, rescan_seconds=3600), source, lambda: not source.batches)
+
+
+def test_a_job_that_starts_after_the_apply_is_evicted_journaled_and_rolled_back(node, cli, profile_file, state_dir):
+    tree = node
+    status, out, _ = cli("apply", profile_file(PROFILE), "--no-verify", "--json")
+    assert status == 0 and '"skipped"' in out  # no job yet
+    original = tree.snapshot()
+
+    def job_starts():
+        tree.add_process(700, "python3", (701,), cmdline="python3 archive.py --all", uid=0, cgroups=V1, start_time=9000)
+        tree.add_process(702, "gzip", cmdline="gzip -9", ppid=700, cgroups=V1, start_time=9001)  # forked before the move
+        return [ProcEvent("exec", 700, 700, 0), ProcEvent("fork", 701, 700, 0, 700)]
+    emitted = []
+    assert watch(tree, state_dir, [[], job_starts], emitted) == 0
+    [evicted] = [e for e in emitted if e["event"] == "evicted"]
+    assert evicted["pid"] == 700 and evicted["pids"] == [700, 701, 702] and evicted["plugin"] == "offline_eviction"
+    for pid in (700, 702):
+        assert parse_cgroup_file(tree.get(f"/proc/{pid}/cgroup"))["cpu"] == "/tuned-rl-offline"
+    assert tree.host.process(701).policy == "SCHED_IDLE" and tree.host.process(100).policy == "SCHED_OTHER"
+    assert [e["event"] for e in emitted][-1] == "stopped"
+    # Watching again finds nothing left to do: the plan for a placed process is empty.
+    emitted.clear()
+    watch(tree, state_dir, [[ProcEvent("exec", 700, 700, 0)]], emitted)
+    assert not [e for e in emitted if e["event"] == "evicted"]
+    assert cli("rollback")[0] == 0
+    after = tree.snapshot()
+    for pid in (700, 701, 702):  # the late processes are still running, back where they were
+        assert parse_cgroup_file(tree.get(f"/proc/{pid}/cgroup" if pid != 701 else "/proc/700/task/701/cgroup"))["cpu"] == "/"
+    assert tree.host.process(701).policy == "SCHED_OTHER"
+    assert {k: v for k, v in after.items() if "/proc/70" not in "/" + k} == \
+        {k: v for k, v in original.items() if "/proc/70" not in "/" + k}
+
+
+def test_the_target_and_pid_1_are_never_evicted_by_watch(node, cli, profile_file, state_dir):
+    profile = PROFILE.replace('cmdline = "archive\\\\.py"', 'cmdline = "."')
+    assert cli("apply", profile_file(profile), "--no-verify")[0] == 0
+    emitted = []
+    watch(node, state_dir, [[ProcEvent("exec", 100, 100, 0), ProcEvent("exec", 1, 1, 0)]], emitted)
+    assert not [e for e in emitted if e["event"] == "evicted"]
+
+
+def test_watch_without_an_applied_profile_exits_1_saying_to_apply_first(node, cli):
+    status, _, err = cli("watch")
+    assert status == 1 and "no profile is applied: run `tuned-rl apply PROFILE` first" in err
+
+
+def test_watch_stops_when_the_profile_is_rolled_back(node, cli, profile_file, state_dir):
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+
+    def rolled_back():
+        assert cli("rollback")[0] == 0
+        return [ProcEvent("exec", 100, 100, 0)]
+    emitted = []
+    assert watch(node, state_dir, [rolled_back, []], emitted) == 0
+    assert emitted[-1] == {"event": "stopped", "reason": "nothing is applied any more (rolled back)"}
+
+
+def test_tuned_rl_plan_process_is_a_hook_third_party_plugins_implement_too():
+    import inspect
+    from tuned_rl import hookspec
+    assert list(inspect.signature(hookspec.tuned_rl_plan_process).parameters) == ["profile", "host", "process"]
+
+
+def _message(what: int, payload: bytes) -> bytes:
+    event = struct.pack("=IIQ", what, 0, 123) + payload
+    cn = struct.pack("=IIIIHH", 1, 1, 0, 0, len(event), 0) + event
+    return struct.pack("=IHHII", 16 + len(cn), proc_events.NLMSG_DONE, 0, 0, 0) + cn
+
+
+def test_connector_messages_parse_into_events():
+    data = (_message(proc_events.FORK, struct.pack("=IIII", 10, 10, 11, 11))
+            + _message(proc_events.EXEC, struct.pack("=II", 11, 11))
+            + _message(proc_events.COMM, struct.pack("=II", 11, 11) + b"worker\0".ljust(16, b"\0"))
+            + _message(proc_events.EXIT, struct.pack("=IIII", 11, 11, 0, 17)))
+    assert parse(data) == [ProcEvent("fork", 11, 11, 123, 10), ProcEvent("exec", 11, 11, 123),
+                           ProcEvent("comm", 11, 11, 123, comm="worker"), ProcEvent("exit", 11, 11, 123)]
+    assert parse(data[:30]) == []  # a cut message is dropped, not misread

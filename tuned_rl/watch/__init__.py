@@ -1,0 +1,1 @@
+"""`tuned-rl watch`: keep an applied profile in force for processes that start after it."""

@@ -1,0 +1,166 @@
+"""The watch loop: each process that starts (or renames itself, or changes user) after the apply is
+planned by the plugins' ``tuned_rl_plan_process`` and its changes journaled and written as
+``apply`` writes them; /proc is rescanned after lost events and every ``rescan_seconds``.
+
+watch takes the state directory's lock only while it writes (a few milliseconds), so ``status``,
+``apply`` and ``rollback`` run beside it. After a ``rollback`` (nothing applied) it stops; after
+another ``apply`` it reloads the profile that apply recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tuned_rl.core.agent import Agent, HostError
+from tuned_rl.core.journal import Applied
+from tuned_rl.core.lock import LockHeld, exclusive_lock
+from tuned_rl.host import TaskGone, printable
+from tuned_rl.profiles.loader import Profile, ProfileError, load_profile
+
+KINDS_THAT_MATTER = ("fork", "exec", "comm", "uid")
+OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
+
+
+class NothingApplied(RuntimeError):
+    """The journal names no applied profile: there is nothing to keep in force."""
+
+
+@dataclass
+class WatchStats:
+    events: int = 0
+    lost: int = 0
+    rescans: int = 0
+    acted: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class Watcher:
+    """Keeps the applied profile in force; ``emit(event: dict)`` reports each thing it does."""
+
+    def __init__(self, agent: Agent, emit: Callable[[dict], None], rescan_seconds: float = 30.0,
+                 load: Callable[[str], Profile] = load_profile):
+        self.agent = agent
+        self.emit = emit
+        self.rescan_seconds = rescan_seconds
+        self.load = load
+        self.stats = WatchStats()
+        self.applied: Applied | None = None
+        self.profile: Profile | None = None
+        self.pending: dict[int, int] = {}  # pid -> event timestamp (ns, CLOCK_MONOTONIC), not yet acted on
+
+    # -- the profile ------------------------------------------------------------
+
+    def load_applied(self) -> bool:
+        """(Re)load the applied profile if the journal names another; False if nothing is applied."""
+        applied = self.agent.journal.applied()
+        if applied is None:
+            return False
+        if self.applied is None or (applied.started, applied.digest) != (self.applied.started, self.applied.digest):
+            try:
+                profile = self.load(applied.path)
+            except (ProfileError, OSError) as err:
+                raise NothingApplied(f"the applied profile {applied.path} cannot be read now: {err}") from err
+            if applied.digest and profile.digest() != applied.digest:
+                raise NothingApplied(f"{applied.path} changed since it was applied: apply it again, then watch")
+            problems = self.agent.plugins.validate(profile, self.agent.host)
+            if problems:
+                raise NothingApplied(f"{applied.path} no longer validates: {problems[0]}")
+            self.applied, self.profile = applied, profile
+            self.emit({"event": "watching", "profile": profile.name, "path": applied.path})
+        return True
+
+    # -- one pass ---------------------------------------------------------------
+
+    def note_events(self, events) -> None:
+        for event in events:
+            self.stats.events += 1
+            if event.kind in KINDS_THAT_MATTER and event.pid == event.tgid:  # a new thread inherits its placement
+                self.pending.setdefault(event.tgid, event.timestamp_ns)
+
+    def act_on_pending(self) -> None:
+        """Plan and apply each pending process; those the lock kept waiting stay pending."""
+        if not self.pending:
+            return
+        try:
+            with exclusive_lock(self.agent.journal.state_dir):
+                if not self.load_applied():
+                    raise NothingApplied("nothing is applied any more (rolled back)")
+                for pid, since in sorted(self.pending.items(), key=lambda item: item[1]):
+                    del self.pending[pid]
+                    self._act_on(pid, since)
+        except LockHeld:
+            return  # an apply or rollback is running: try again on the next pass
+
+    def rescan(self, why: str) -> None:
+        """Consider every process (a backstop for lost events, and for what started before watch)."""
+        began = time.monotonic()
+        self.stats.rescans += 1
+        now = time.monotonic_ns()
+        for pid in self.agent.host.pids():
+            if pid != os.getpid():
+                self.pending.setdefault(pid, now)
+        before = self.stats.acted
+        self.act_on_pending()
+        self.emit({"event": "rescanned", "why": why, "processes": len(self.agent.host.pids()),
+                   "acted": self.stats.acted - before, "seconds": round(time.monotonic() - began, 3)})
+
+    def _act_on(self, pid: int, since_ns: int) -> None:
+        host = self.agent.host
+        try:
+            process = host.process(pid)
+        except TaskGone:
+            return
+        if process.tgid != pid or process.kernel_thread:
+            return
+        for step in self.agent.plugins.plan_process(self.profile, host, process):
+            if step.skip_reason or not step.pending_changes:
+                continue
+            pids = sorted({c.task.pid for c in step.pending_changes if c.task is not None})
+            try:
+                report = self.agent.apply_watched_step(step)
+            except HostError as err:
+                self.emit({"event": "failed", "pid": pid, "comm": printable(process.comm), "step": step.title,
+                           "reason": str(err)})
+                continue
+            if report.outcome in ("failed", "unchanged", "skipped"):
+                if report.outcome == "failed":
+                    self.emit({"event": "failed", "pid": pid, "comm": printable(process.comm), "step": step.title,
+                               "reason": report.reason})
+                continue
+            self.stats.acted += 1
+            self.emit({"event": OUTCOME_EVENTS.get(step.table, "placed"), "pid": pid,
+                       "comm": printable(process.comm), "step": step.title, "plugin": step.table,
+                       "pids": pids,
+                       "changes": len(report.changes), "outcome": report.outcome,
+                       "reaction_ms": round((time.monotonic_ns() - since_ns) / 1e6, 1)})
+
+
+def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
+    """The loop, until ``stopping()``; returns the exit status (0: stopped or nothing left to watch)."""
+    if not watcher.load_applied():
+        raise NothingApplied("no profile is applied: run `tuned-rl apply PROFILE` first, then watch")
+    lost_seen = source.lost
+    try:
+        watcher.rescan("start")  # what started between the apply and now
+        next_rescan = time.monotonic() + watcher.rescan_seconds
+        while not stopping():
+            watcher.note_events(source.read(timeout=min(1.0, max(0.0, next_rescan - time.monotonic()))))
+            if source.lost != lost_seen:
+                watcher.stats.lost += source.lost - lost_seen
+                watcher.emit({"event": "lost", "overflows": source.lost - lost_seen, "total": source.lost})
+                lost_seen = source.lost
+                watcher.rescan("events were lost")
+                next_rescan = time.monotonic() + watcher.rescan_seconds
+                continue
+            watcher.act_on_pending()
+            if time.monotonic() >= next_rescan:
+                watcher.rescan("periodic")
+                next_rescan = time.monotonic() + watcher.rescan_seconds
+    except NothingApplied as err:
+        watcher.emit({"event": "stopped", "reason": str(err)})
+        return 0
+    watcher.emit({"event": "stopped", "reason": "asked to stop (the tuning stays; `tuned-rl rollback` undoes it)"})
+    return 0
