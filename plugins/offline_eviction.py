@@ -143,11 +143,12 @@ def tuned_rl_plan_process(profile, host, process):
     units = {m["unit"]: _unit_relative(host, m["unit"]) for m in table["match"] if "unit" in m}
     why = next((w for w in (_matches(user_name, process, m, units) for m in table["match"]) if w), None)
     if why is None:
+        why = _forked_by_evicted_job(host, process)  # forked during its parent's move, then exec'd
+    if why is None:
         return None
-    processes = host.processes()
-    if process.pid in _own_processes(host, processes) or process.tgid in _target_tgids(host, profile.get("target")):
+    if _is_ours(host, process) or process.tgid in _target_tgids(host, profile.get("target")):
         return None
-    jobs = [process] + [p for p in _descendants(processes, process.pid) if not p.kernel_thread]
+    jobs = [process] + [p for p in _descendants(host, process.pid) if not p.kernel_thread]
     step = Step("offline_eviction", f"evict offline job pid {process.pid} ({process.comm})")
     step.notes.append(f"matched pid {process.pid} ({process.comm}): {why}")
     _plan_jobs(host, table, step, jobs)
@@ -176,6 +177,20 @@ def _plan_jobs(host, table: dict, step: Step, processes: list) -> None:
                 step.changes.append(Change("io_priority", "", before, IO_CLASSES[table["io_class"]], task=thread.task))
 
 
+def _forked_by_evicted_job(host, process) -> str | None:
+    """Why a process that no matcher names is a job all the same: its parent is in the offline
+    cgroup. A child forked while its parent was being moved can miss the move, and may have exec'd
+    another program by the time it is seen."""
+    try:
+        parent = host.process(process.ppid)
+    except LookupError:
+        return None
+    if any(path == f"/{OFFLINE}" for path in parent.cgroups.values()) and any(
+            path != f"/{OFFLINE}" for path in process.cgroups.values()):
+        return f"forked by pid {parent.pid} ({parent.comm}), an evicted job"
+    return None
+
+
 def _target_tgids(host, target_table: dict | None) -> set[int]:
     if target_table is None or target_table.get("canary"):
         return set()
@@ -185,17 +200,47 @@ def _target_tgids(host, target_table: dict | None) -> set[int]:
         return set()
 
 
-def _descendants(processes: list, pid: int) -> list:
-    children: dict[int, list] = {}
-    for process in processes:
-        children.setdefault(process.ppid, []).append(process)
-    found, below = [], [pid]
+def _descendants(host, pid: int) -> list:
+    """The processes below ``pid`` (children, their children, ...), read now."""
+    found, seen, below = [], {pid}, [pid]
     while below:
-        for child in children.get(below.pop(), []):
-            if child.pid != pid and child not in found:
-                found.append(child)
-                below.append(child.pid)
+        for child in host.children(below.pop()):
+            if child in seen:
+                continue
+            seen.add(child)
+            try:
+                found.append(host.process(child))
+            except LookupError:
+                continue
+            below.append(child)
     return found
+
+
+def _is_ours(host, process) -> bool:
+    """tuned-rl itself, one of its ancestors, or one of its descendants (walking up from ``process``)."""
+    if not host.is_live:
+        return False
+    pid, steps = process.pid, 0
+    while pid > 1 and steps < 64:
+        if pid == os.getpid():
+            return True
+        try:
+            pid = host.process(pid).ppid
+        except LookupError:
+            return False
+        steps += 1
+    return process.pid in _ancestors(host)
+
+
+def _ancestors(host) -> set[int]:
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            pid = host.process(pid).ppid
+        except LookupError:
+            break
+    return pids
 
 
 def match_jobs(host, matchers: list[dict], target_table: dict | None) -> tuple[list, list]:
@@ -290,13 +335,7 @@ def _own_processes(host, processes: list) -> set[int]:
     (its canary and helpers), by pid: never by command line, which any job can make say "tuned-rl"."""
     if not host.is_live:
         return set()
-    pids, pid = set(), os.getpid()
-    while pid > 1 and pid not in pids:
-        pids.add(pid)
-        try:
-            pid = host.process(pid).ppid
-        except LookupError:
-            break
+    pids = _ancestors(host)
     children: dict[int, list[int]] = {}
     for process in processes:
         children.setdefault(process.ppid, []).append(process.pid)

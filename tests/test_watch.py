@@ -134,3 +134,27 @@ def test_connector_messages_parse_into_events():
     assert parse(data) == [ProcEvent("fork", 11, 11, 123, 10), ProcEvent("exec", 11, 11, 123),
                            ProcEvent("comm", 11, 11, 123, comm="worker"), ProcEvent("exit", 11, 11, 123)]
     assert parse(data[:30]) == []  # a cut message is dropped, not misread
+
+
+def test_a_child_born_into_an_evicted_jobs_placement_is_journaled_and_put_back(node, cli, profile_file, state_dir):
+    tree = node
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+
+    def job_starts():
+        tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
+        return [ProcEvent("exec", 700, 700, 0)]
+
+    def child_forked_after_the_move():  # as the kernel forks: the parent's cgroups and policy
+        tree.add_process(703, "sh", cmdline="sh -c work", ppid=700, cgroups={"cpu": "/tuned-rl-offline", "cpuset": "/"},
+                         start_time=9500)
+        tree.set("/proc/703/stat", tree.get("/proc/700/stat").replace("700 (python3)", "703 (sh)")
+                 .replace(" 9000 ", " 9500 ", 1))
+        tree.set("/proc/703/task/703/stat", tree.get("/proc/703/stat"))
+        return [ProcEvent("fork", 703, 703, 1, 700)]
+    emitted = []
+    watch(tree, state_dir, [job_starts, child_forked_after_the_move, []], emitted)
+    assert [e["event"] for e in emitted if e["event"] in ("evicted", "inherited")] == ["evicted", "inherited"], emitted
+    assert tree.host.process(703).policy == "SCHED_IDLE"
+    assert cli("rollback")[0] == 0
+    child = tree.host.process(703)
+    assert child.policy == "SCHED_OTHER" and child.cgroups["cpu"] == "/"

@@ -437,6 +437,9 @@ def _measure_problems(host: Host, args) -> list:
     return TARGET_TABLE.check(table, host) or target_problems(table, host)
 
 
+WATCH_NICE = -10  # watch's own priority: ahead of the nice-0 jobs it moves, behind real-time threads
+
+
 def cmd_watch(agent: Agent, args) -> int:
     if not _may_change(agent.host, "watch"):
         return EXIT_FAILED
@@ -452,6 +455,10 @@ def cmd_watch(agent: Agent, args) -> int:
             details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("time", "event"))
             print(f"{time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']}: {details}", flush=True)
 
+    try:  # the jobs watch must evict are CPU-bound: at nice 0 they would delay it by their slices
+        os.setpriority(os.PRIO_PROCESS, 0, WATCH_NICE)
+    except OSError:
+        pass
     stop = []
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.append(True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -76,17 +77,24 @@ def cgroup(hierarchy: Path, name: str, settings: dict[str, str]):
 
 
 @contextmanager
-def processes(commands: list[list[str]], setup=None):
-    """Start ``commands``; ``setup(process)`` places each one; all are killed after."""
+def processes(commands: list[list[str]], setup=None, kill_children: bool = False):
+    """Start ``commands``; ``setup(process)`` places each one; all are killed after (with
+    ``kill_children``, each in a session of its own, and its whole process group with it)."""
     started = []
     try:
         for command in commands:
-            process = subprocess.Popen(command)
+            process = subprocess.Popen(command, start_new_session=kill_children)
             started.append(process)
             if setup:
                 setup(process)
         yield started
     finally:
+        for process in started if kill_children else []:
+            try:
+                os.killpg(process.pid, signal.SIGCONT)  # a stopped process ignores SIGKILL until continued
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for process in started:
             process.terminate()  # SIGTERM first: the workload removes its shared memory
         for process in started:

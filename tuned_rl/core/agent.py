@@ -126,9 +126,36 @@ class Agent:
         """Journal and write one step `tuned-rl watch` planned for a process that started after the
         apply (the caller holds the lock). Unverified here: it is part of a profile already applied."""
         self._check_writable([step])
-        index = 1_000_000 + len(self.journal.records())  # after the apply's own steps
-        return self._apply_step(index, step, f"watch: {self._plugin(step)}: {step.title}", None,
+        return self._apply_step(WATCHED_STEP_INDEX, step, f"watch: {self._plugin(step)}: {step.title}", None,
                                 "applied by watch to a process that started after the apply")
+
+    def adopt_inherited(self, child, parent) -> list[Change]:
+        """Journal the undo of what a process inherited from a parent tuned-rl placed (the caller
+        holds the lock). A child forked by an evicted job is born in its cgroup at its policy; its
+        parent's undo records say where both would be without tuned-rl, so the child gets the same
+        records (``before`` the parent's original, ``after`` the value it holds), and ``rollback``
+        puts it back too. Nothing is written to the host. Returns the changes journaled."""
+        inherited, plugin = [], "watch"
+        for record in self.journal.records():
+            for change in record.changes:
+                if change.kind not in INHERITED_KINDS or change.task is None or change.task.pid != parent.pid \
+                        or change.task.start_time != parent.start_time:
+                    continue
+                before = change.before["cgroup"] if isinstance(change.before, dict) else change.before
+                adopted = Change(change.kind, change.target, before, change.after, task=child.task)
+                try:
+                    if adopted.holds(adopted.read(self.host), adopted.after) and not adopted.holds(before, adopted.after):
+                        inherited.append(adopted)
+                        plugin = record.plugin
+                except (TaskGone, OSError, LookupError):
+                    return []
+        if inherited:
+            record = self.journal.add(StepRecord(0, self.host.boot_id(), plugin,
+                                                 f"inherited by pid {child.pid} from pid {parent.pid}",
+                                                 WATCHED_STEP_INDEX, inherited,
+                                                 host_root=str(self.host.root)))
+            self.journal.mark(record, "done")
+        return inherited
 
     def _start_verifier(self, stack: ExitStack, profile: Profile, verify: bool) -> tuple[Verifier | None, str]:
         """A started Verifier, or None and the reason steps go unverified."""
@@ -497,6 +524,12 @@ class Agent:
                                         if outcome in ("applied", "kept", "inconclusive") else c.handler.show(c.after))
                            for c in shown],
                           outcome, reason, phase=self.plugins.phase_of(step.table), gone=gone, notes=list(step.notes))
+
+
+WATCHED_STEP_INDEX = 1_000_000  # a record `tuned-rl watch` wrote: no step of the profile's plan
+
+# What a child process takes from its parent at fork: its cgroups, policy, nice and I/O class.
+INHERITED_KINDS = ("process_cgroup", "sched", "nice", "io_priority")
 
 
 def _tasks(changes: list[Change]) -> int:

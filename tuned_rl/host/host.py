@@ -359,6 +359,21 @@ class Host:
         except (FileNotFoundError, ProcessLookupError):
             return set()
 
+    def children(self, pid: int) -> list[int]:
+        """The pids of the processes ``pid`` forked (from each thread's /proc/PID/task/TID/children,
+        CONFIG_PROC_CHILDREN; without those files, from every process's parent pid)."""
+        found, listed = [], False
+        for tid in sorted(self.thread_ids(pid)):
+            try:
+                text = self.read_proc(f"{int(pid)}/task/{tid}/children")
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            listed = True
+            found += [int(child) for child in text.split()]
+        if listed:
+            return sorted(set(found))
+        return [p.pid for p in self.processes() if p.ppid == pid and p.pid != pid]
+
     def process_names(self, pid: int) -> tuple[str, str]:
         """(comm, command line) of one process, two small reads (the command line's first
         CMDLINE_LIMIT bytes); raises TaskGone if it is gone.

@@ -50,6 +50,7 @@ class Watcher:
         self.applied: Applied | None = None
         self.profile: Profile | None = None
         self.pending: dict[int, int] = {}  # pid -> event timestamp (ns, CLOCK_MONOTONIC), not yet acted on
+        self.forked_by: dict[int, int] = {}  # pid -> the process that forked it (from fork events)
 
     # -- the profile ------------------------------------------------------------
 
@@ -79,6 +80,8 @@ class Watcher:
             self.stats.events += 1
             if event.kind in KINDS_THAT_MATTER and event.pid == event.tgid:  # a new thread inherits its placement
                 self.pending.setdefault(event.tgid, event.timestamp_ns)
+                if event.kind == "fork":
+                    self.forked_by[event.tgid] = event.parent_tgid
 
     def act_on_pending(self) -> None:
         """Plan and apply each pending process; those the lock kept waiting stay pending."""
@@ -107,6 +110,19 @@ class Watcher:
         self.emit({"event": "rescanned", "why": why, "processes": len(self.agent.host.pids()),
                    "acted": self.stats.acted - before, "seconds": round(time.monotonic() - began, 3)})
 
+    def _adopt(self, process, parent_pid: int) -> None:
+        """A child born into its parent's placement: journal its undo too (agent.adopt_inherited)."""
+        try:
+            parent = self.agent.host.process(parent_pid)
+        except TaskGone:
+            return
+        if parent.tgid != parent_pid or parent.start_time > process.start_time:
+            return  # the pid is another process's now
+        adopted = self.agent.adopt_inherited(process, parent)
+        if adopted:
+            self.emit({"event": "inherited", "pid": process.pid, "comm": printable(process.comm),
+                       "parent": parent_pid, "changes": len(adopted)})
+
     def _act_on(self, pid: int, since_ns: int) -> None:
         host = self.agent.host
         try:
@@ -115,6 +131,9 @@ class Watcher:
             return
         if process.tgid != pid or process.kernel_thread:
             return
+        parent = self.forked_by.pop(pid, None)
+        if parent is not None:
+            self._adopt(process, parent)
         for step in self.agent.plugins.plan_process(self.profile, host, process):
             if step.skip_reason or not step.pending_changes:
                 continue
