@@ -158,3 +158,20 @@ def test_a_child_born_into_an_evicted_jobs_placement_is_journaled_and_put_back(n
     assert cli("rollback")[0] == 0
     child = tree.host.process(703)
     assert child.policy == "SCHED_OTHER" and child.cgroups["cpu"] == "/"
+
+
+def test_status_shows_what_watch_did_with_times(node, cli, profile_file, state_dir):
+    import json
+    tree = node
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+
+    def job_starts():
+        tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
+        return [ProcEvent("exec", 700, 700, 0)]
+    watch(tree, state_dir, [job_starts, []], [])
+    report = json.loads(cli("status", "--json")[1])
+    [watched] = report["watched"]
+    assert watched["plugin"] == "offline_eviction" and watched["pids"] == [700] and watched["at"] > 1.7e9
+    text = cli("status")[1]
+    assert "placed or evicted by tuned-rl watch since the apply (1 records" in text and "evict offline job pid 700 (python3)" in text
+    assert [r.by for r in Journal(state_dir).records()] == ["watch"]

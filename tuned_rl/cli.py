@@ -269,6 +269,13 @@ def cmd_status(agent: Agent, args) -> int:
              _shown(r["current"]) if r["state"] in ("holds", "drifted", "interrupted") else "-",
              r["state"] + (f" ({r['reason']})" if "reason" in r else "")) for r in shown]
     print("\n".join(format_table(("TARGET", "ORIGINAL", "APPLIED", "NOW", "STATE"), rows) + rest))
+    if report["watched"]:
+        print(f"placed or evicted by tuned-rl watch since the apply ({len(report['watched'])} records; their changes "
+              "are among the rows above):")
+        rows = [(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w["at"])) if w["at"] else "?", w["plugin"],
+                 w["step"], ", ".join(map(str, w["pids"][:8])) + (" ..." if len(w["pids"]) > 8 else ""))
+                for w in report["watched"][-20:]]
+        print("\n".join(format_table(("AT", "PLUGIN", "STEP", "PIDS"), rows)))
     return EXIT_OK
 
 

@@ -127,7 +127,7 @@ class Agent:
         apply (the caller holds the lock). Unverified here: it is part of a profile already applied."""
         self._check_writable([step])
         return self._apply_step(WATCHED_STEP_INDEX, step, f"watch: {self._plugin(step)}: {step.title}", None,
-                                "applied by watch to a process that started after the apply")
+                                "applied by watch to a process that started after the apply", by="watch")
 
     def adopt_inherited(self, child, parent) -> list[Change]:
         """Journal the undo of what a process inherited from a parent tuned-rl placed (the caller
@@ -153,7 +153,7 @@ class Agent:
             record = self.journal.add(StepRecord(0, self.host.boot_id(), plugin,
                                                  f"inherited by pid {child.pid} from pid {parent.pid}",
                                                  WATCHED_STEP_INDEX, inherited,
-                                                 host_root=str(self.host.root)))
+                                                 host_root=str(self.host.root), by="watch"))
             self.journal.mark(record, "done")
         return inherited
 
@@ -211,12 +211,15 @@ class Agent:
                                   for change in record.changes]
         report["changes"] += [{"plugin": None, "step": None, "target": str(path), "before": None, "after": None,
                                "current": None, "state": "refused", "reason": reason} for path, reason in refused]
+        report["watched"] = [{"plugin": r.plugin, "step": r.step, "at": r.written_at, "changes": len(r.changes),
+                              "pids": sorted({c.task.pid for c in r.changes if c.task is not None})}
+                             for r in trusted if r.by == "watch"]
         return report
 
     # -- one step -------------------------------------------------------------
 
     def _apply_step(self, index: int, step: Step, label: str, verifier: Verifier | None,
-                    unverified: str) -> StepReport:
+                    unverified: str, by: str = "apply") -> StepReport:
         if step.skip_reason:
             return self._step_report(step, "skipped", step.skip_reason)
         if not step.pending_changes:
@@ -227,7 +230,7 @@ class Agent:
                 return self._step_report(step, "skipped", "every task it would change has exited", [], _tasks(gone))
             return self._step_report(step, "unchanged", "already set")
         record = self.journal.add(StepRecord(0, self.host.boot_id(), self._plugin(step), step.title, index, originals,
-                                             host_root=str(self.host.root)))
+                                             host_root=str(self.host.root), by=by))
         pause_point("journaled")
         gone_ids = {c.identity() for c in gone}
         refused: list[str] = []

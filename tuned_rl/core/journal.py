@@ -62,10 +62,17 @@ class StepRecord:
     state: str = "journaled"
     host_root: str | None = None  # the root the host object had (tests move it); None: not recorded (0.1)
     path: Path | None = field(default=None, compare=False)  # where it is on disk
+    by: str = "apply"  # or "watch": a process that started after the apply
+    written_at: float | None = None  # Unix time the record was written (None: not recorded, before watch)
 
     def header(self) -> dict:
-        return {"format": FORMAT, "seq": self.seq, "boot_id": self.boot_id, "plugin": self.plugin,
-                "step": self.step, "step_index": self.step_index, "host_root": self.host_root}
+        header = {"format": FORMAT, "seq": self.seq, "boot_id": self.boot_id, "plugin": self.plugin,
+                  "step": self.step, "step_index": self.step_index, "host_root": self.host_root}
+        if self.by != "apply":
+            header["by"] = self.by
+        if self.written_at is not None:
+            header["written_at"] = self.written_at
+        return header
 
 
 @dataclass
@@ -145,6 +152,8 @@ class Journal:
     def add(self, record: StepRecord) -> StepRecord:
         """Assign the next sequence number and write the whole record durably."""
         self._prepare()
+        if record.written_at is None:
+            record.written_at = round(time.time(), 3)
         # Read from the directory each time, never cached: `tuned-rl watch` adds records from
         # another process between an apply's (each under the lock).
         record.seq = max((int(p.name[:6]) for p in self._record_paths() if p.name[:6].isdigit()), default=0) + 1
@@ -261,6 +270,14 @@ def _parse_v2(text: str) -> StepRecord:
         raise ValueError(f"format {header.get('format') if isinstance(header, dict) else '?'!r} is not {FORMAT}")
     record = StepRecord(_int(header["seq"]), _str(header["boot_id"]), _str(header["plugin"]), _str(header["step"]),
                         _int(header["step_index"]), [], host_root=_str(header["host_root"]))
+    if "by" in header:
+        if header["by"] not in ("apply", "watch"):
+            raise ValueError(f"by {header['by']!r} is neither apply nor watch"[:200])
+        record.by = header["by"]
+    if "written_at" in header:
+        if not isinstance(header["written_at"], (int, float)) or isinstance(header["written_at"], bool):
+            raise ValueError("written_at is not a time")
+        record.written_at = float(header["written_at"])
     for row in map(json.loads, rows[1:]):
         if isinstance(row, dict) and set(row) == {"change"}:
             record.changes.append(Change.from_dict(row["change"]))
