@@ -175,3 +175,22 @@ def test_status_shows_what_watch_did_with_times(node, cli, profile_file, state_d
     text = cli("status")[1]
     assert "placed or evicted by tuned-rl watch since the apply (1 records" in text and "evict offline job pid 700 (python3)" in text
     assert [r.by for r in Journal(state_dir).records()] == ["watch"]
+
+
+def test_a_job_its_owner_moved_back_is_reported_once_and_left_alone(node, cli, profile_file, state_dir):
+    tree = node
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+
+    def job_starts():
+        tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
+        return [ProcEvent("exec", 700, 700, 0)]
+
+    def owner_moves_it_back():
+        tree.host.set_cgroup(tree.host.task(700), CPU, "/")
+        return [ProcEvent("comm", 700, 700, 0, comm="python3")]
+    emitted = []
+    watch(tree, state_dir, [job_starts, owner_moves_it_back, [ProcEvent("exec", 700, 700, 0)], []], emitted)
+    events = [e["event"] for e in emitted if e["event"] in ("evicted", "backed-off")]
+    assert events == ["evicted", "backed-off"], emitted
+    assert parse_cgroup_file(tree.get("/proc/700/cgroup"))["cpu"] == "/"  # theirs: not fought over
+    assert cli("rollback")[0] == 0

@@ -51,6 +51,7 @@ class Watcher:
         self.profile: Profile | None = None
         self.pending: dict[int, int] = {}  # pid -> event timestamp (ns, CLOCK_MONOTONIC), not yet acted on
         self.forked_by: dict[int, int] = {}  # pid -> the process that forked it (from fork events)
+        self.backed_off: set[int] = set()  # processes someone moved back after watch placed them
 
     # -- the profile ------------------------------------------------------------
 
@@ -110,6 +111,12 @@ class Watcher:
         self.emit({"event": "rescanned", "why": why, "processes": len(self.agent.host.pids()),
                    "acted": self.stats.acted - before, "seconds": round(time.monotonic() - began, 3)})
 
+    def _journaled(self, step) -> list[str]:
+        """The step's pending changes whose value tuned-rl already set once (a journaled record
+        names the same value, task included): someone changed each since."""
+        journaled = {c.identity() for r in self.agent.journal.records() for c in r.changes}
+        return [c.label() for c in step.pending_changes if c.identity() in journaled]
+
     def _adopt(self, process, parent_pid: int) -> None:
         """A child born into its parent's placement: journal its undo too (agent.adopt_inherited)."""
         try:
@@ -136,6 +143,15 @@ class Watcher:
             self._adopt(process, parent)
         for step in self.agent.plugins.plan_process(self.profile, host, process):
             if step.skip_reason or not step.pending_changes:
+                continue
+            owned = self._journaled(step)
+            if owned:
+                # tuned-rl set this once and someone changed it since (its owner moved the job back):
+                # theirs now. Said once; `tuned-rl apply` again or `rollback --force` decide.
+                if pid not in self.backed_off:
+                    self.backed_off.add(pid)
+                    self.emit({"event": "backed-off", "pid": pid, "comm": printable(process.comm), "step": step.title,
+                               "changed": owned[:5]})
                 continue
             pids = sorted({c.task.pid for c in step.pending_changes if c.task is not None})
             try:
