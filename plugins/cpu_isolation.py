@@ -127,6 +127,44 @@ def tuned_rl_plan(profile, host):
     return [step]
 
 
+@hookimpl
+def tuned_rl_plan_process(profile, host, process):
+    """A process that started after the isolation was applied: one of the workload's goes into
+    the workload's cpuset with its pins; any other left in the root cpuset (v1) goes to the
+    housekeeping one (most inherit it from their parent and need nothing). Nothing while the
+    isolation is not in place (deferred until the workload runs, or reverted)."""
+    table = profile.get("cpu_isolation")
+    if table is None or process.kernel_thread or process.pid == 1:
+        return None
+    v1 = host.cgroup_v1_mount("cpuset")
+    mount = v1 or _v2_cpuset_mount(host)
+    if mount is None or not host.is_dir(f"{mount}/{WORKLOAD}"):
+        return None
+    key = host.cgroup_mount(mount).key
+    where = process.cgroups.get(key, "/")
+    target = profile.get("target")
+    if target and not target.get("canary") and process.pid in _workload_pids(host, target):
+        if where == f"/{WORKLOAD}":
+            return None
+        step = Step("cpu_isolation", f"place the workload's new process pid {process.pid} ({process.comm})")
+        step.changes += pin_changes(host, [process], table.get("pin") or {}, step.notes)
+        step.changes.append(Change("process_cgroup", mount, where, f"/{WORKLOAD}", task=process.task))
+        return [step]
+    if v1 is None or where != "/" or process.fixed_affinity:
+        return None
+    step = Step("cpu_isolation", f"keep pid {process.pid} ({process.comm}) off the latency CPUs")
+    step.changes.append(Change("process_cgroup", mount, "/", f"/{HOUSEKEEPING}", task=process.task))
+    return [step]
+
+
+def _workload_pids(host, target_table: dict) -> set[int]:
+    from tuned_rl.measure.targets import TargetError, resolve_pids, target_from_table
+    try:
+        return resolve_pids(host, target_from_table(target_table)[0])
+    except TargetError:
+        return set()
+
+
 def pin_changes(host, workload: list, pins: dict[str, str], notes: list[str]) -> list[Change]:
     """Affinity changes giving each thread that matches a pattern the next CPU of its list."""
     if not pins:

@@ -194,3 +194,67 @@ def test_a_job_its_owner_moved_back_is_reported_once_and_left_alone(node, cli, p
     assert events == ["evicted", "backed-off"], emitted
     assert parse_cgroup_file(tree.get("/proc/700/cgroup"))["cpu"] == "/"  # theirs: not fought over
     assert cli("rollback")[0] == 0
+
+
+ISOLATE = '[target]\nname = "^model$"\n\n[cpu_isolation]\nlatency_cpus = "1"\n'
+
+
+def test_a_step_deferred_at_apply_is_applied_when_the_workload_starts_and_rolled_back(cgroup_tree_host, cli,
+                                                                                     profile_file, state_dir):
+    import json
+    from test_cpu_isolation import CPUSET, v1_host, cgroup_of
+    tree = cgroup_tree_host
+    tree.set("/proc/cmdline", "root=/dev/vda1")
+    tree.set("/sys/devices/virtual/workqueue/cpumask", "3")
+    v1_host(tree)
+    import shutil
+    shutil.rmtree(tree.host.path("/proc/100"))  # the workload has not started yet
+    original = tree.snapshot()
+    status, out, err = cli("apply", profile_file(ISOLATE), "--json")
+    [step] = json.loads(out)["steps"]
+    assert status == 0 and step["outcome"] == "skipped" and "`tuned-rl watch` applies and verifies" in step["reason"]
+    assert json.loads(cli("status", "--json")[1])["deferred"] == ["cpu_isolation"]
+
+    def workload_starts():
+        tree.add_process(100, "model", (101,), cgroups={"cpu": "/", "cpuset": "/"}, start_time=5000)
+        return [ProcEvent("exec", 100, 100, 0)]
+    emitted = []
+    agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
+    source = FakeSource([[], workload_starts, []])
+    run(Watcher(agent, emitted.append, rescan_seconds=3600, warm_up_seconds=0), source, lambda: not source.batches)
+    [verified] = [e for e in emitted if e["event"] == "verified"]
+    assert verified["table"] == "cpu_isolation" and verified["outcome"] == "applied", verified  # no probe in a tree
+    assert cgroup_of(tree, 100) == "/tuned-rl-workload" and cgroup_of(tree, 200) == "/tuned-rl-housekeeping"
+    report = json.loads(cli("status", "--json")[1])
+    assert report["deferred"] == [] and report["deferred_results"][0]["outcome"] == "applied"
+    assert "deferred, then applied by watch" in cli("status")[1]
+    assert cli("rollback")[0] == 0
+    assert cgroup_of(tree, 100) == "/" and cgroup_of(tree, 200) == "/"
+    assert not tree.host.exists(f"{CPUSET}/tuned-rl-workload")
+
+
+def test_after_isolation_a_new_workload_process_is_placed_with_its_pins_and_others_kept_off(cgroup_tree_host, cli,
+                                                                                           profile_file, state_dir):
+    from test_cpu_isolation import v1_host, cgroup_of
+    tree = cgroup_tree_host
+    tree.set("/proc/cmdline", "root=/dev/vda1")
+    tree.set("/sys/devices/virtual/workqueue/cpumask", "3")
+    tree.set("/sys/devices/system/cpu/online", "0-3")
+    v1_host(tree)
+    tree.set("/sys/fs/cgroup/cpuset/cpuset.cpus", "0-3")
+    profile = ISOLATE.replace('"1"', '"1-3"') + '\n[cpu_isolation.pin]\n"^actor" = "2-3"\n'
+    assert cli("apply", profile_file(profile), "--no-verify")[0] == 0
+
+    def late_processes():
+        tree.add_process(110, "model", (111,), cgroups={"cpu": "/", "cpuset": "/tuned-rl-housekeeping"}, start_time=9100)
+        tree.set("/proc/110/task/111/stat", tree.get("/proc/110/task/111/stat").replace("(model)", "(actor-1)"))
+        tree.add_process(120, "cron", cgroups={"cpu": "/", "cpuset": "/"}, start_time=9200)  # started by PID 1
+        return [ProcEvent("exec", 110, 110, 0), ProcEvent("exec", 120, 120, 0)]
+    emitted = []
+    watch(tree, state_dir, [late_processes, []], emitted)
+    assert [e["pid"] for e in emitted if e["event"] == "placed"] == [110, 120]
+    assert cgroup_of(tree, 110) == "/tuned-rl-workload" and tree.host.process(111).affinity == "2"
+    assert cgroup_of(tree, 120) == "/tuned-rl-housekeeping"
+    assert cli("rollback")[0] == 0
+    assert cgroup_of(tree, 110) == "/"  # back in housekeeping, which rollback removes: its parent's cpuset
+    assert cgroup_of(tree, 120) == "/" and tree.host.process(111).affinity == "0-1"

@@ -34,6 +34,13 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # as a process killed by SIGPIPE, which a shell pipeline expects
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is below 0")
+    return value
+
+
 def _add_canary_arguments(parser: argparse.ArgumentParser) -> None:
     canary = parser.add_argument_group("canary (with --target canary)")
     canary.add_argument("--canary-period-us", type=_positive(int), default=CanarySpec.period_us,
@@ -112,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "`tuned-rl rollback` undoes all of it, late processes included. Exit 1: nothing applied.")
     watch.add_argument("--rescan-seconds", type=_positive(float), default=30.0,
                        help="rescan /proc this often, a backstop for lost events (default %(default)s)")
+    watch.add_argument("--warm-up-seconds", type=_non_negative_float, default=2.0,
+                       help="after the workload starts, wait this long before verifying a deferred step "
+                            "(default %(default)s)")
     for name, text in [("status", "what is applied, and whether it drifted"),
                        ("plugins", "loaded plugins and the tables they own")]:
         commands.add_parser(name, help=text)
@@ -269,6 +279,14 @@ def cmd_status(agent: Agent, args) -> int:
              _shown(r["current"]) if r["state"] in ("holds", "drifted", "interrupted") else "-",
              r["state"] + (f" ({r['reason']})" if "reason" in r else "")) for r in shown]
     print("\n".join(format_table(("TARGET", "ORIGINAL", "APPLIED", "NOW", "STATE"), rows) + rest))
+    for table in report["deferred"]:
+        print(f"[{table}]: deferred until the workload starts (`tuned-rl watch` applies and verifies it then)")
+    for result in report["deferred_results"]:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(result["at"]))
+        figures = (f", p999 {format_us(result['p999_without_us'])} -> {format_us(result['p999_with_us'])}"
+                   if "p999_with_us" in result else "")
+        print(f"[{result['table']}]: deferred, then {result['outcome']} by watch at {at} when pid {result['pid']} "
+              f"started{figures} ({result['reason']})")
     if report["watched"]:
         print(f"placed or evicted by tuned-rl watch since the apply ({len(report['watched'])} records; their changes "
               "are among the rows above):")
@@ -469,7 +487,7 @@ def cmd_watch(agent: Agent, args) -> int:
     stop = []
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.append(True))
-    watcher = Watcher(agent, emit, args.rescan_seconds)
+    watcher = Watcher(agent, emit, args.rescan_seconds, warm_up_seconds=args.warm_up_seconds)
     try:
         with ProcEventSource() as source:
             return run(watcher, source, lambda: bool(stop))

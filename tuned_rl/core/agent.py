@@ -102,8 +102,9 @@ class Agent:
             report.notes += lookalike_notes(self.host, profile.get("target"))
             steps = self.plugins.plan(profile, self.host)
             self._check_writable(steps)
-            self.journal.begin(Applied(profile.name, str(profile.path), self.host.boot_id(), time.time(),
-                                       str(self.host.root), profile.digest()))
+            applied = Applied(profile.name, str(profile.path), self.host.boot_id(), time.time(), str(self.host.root),
+                              profile.digest())
+            self.journal.begin(applied)
             changing = any(s.pending_changes and not s.skip_reason for s in steps)
             verifier, unverified = self._start_verifier(stack, profile, verify) if changing else (None, "")
             report.notes += verifier.notes if verifier else []
@@ -117,6 +118,9 @@ class Agent:
                 step_report = self._apply_step(index, step, label, verifier, unverified)
                 report.steps.append(step_report)
                 status = 1 if step_report.outcome == "failed" else 0
+            deferred = [s.table for s in steps if s.skip_reason and s.waits_for_workload]
+            if deferred and not status:
+                self.journal.begin(dataclasses.replace(applied, deferred=deferred))
             # applied.json stays even when no step changed anything: the profile is applied, and
             # `tuned-rl watch` keeps it in force for the processes that start later.
         self.progress("")  # done: an empty line clears the progress display
@@ -156,6 +160,38 @@ class Agent:
                                                  host_root=str(self.host.root), by="watch"))
             self.journal.mark(record, "done")
         return inherited
+
+    def apply_deferred(self, profile: Profile, table: str, warm_up_s: float) -> StepReport | None:
+        """The step of ``table`` that apply deferred until the workload ran, now that it does (the
+        caller holds the lock): applied at once, so the workload is placed within moments of its
+        start; after ``warm_up_s`` (its start-up is not its steady state) undone and verified by
+        the profile's judge as apply would (baseline without, then with), kept or reverted.
+        None if the plan has nothing for it now."""
+        step = self._deferred_step(profile, table)
+        if step is None:
+            return None
+        first = self._apply_step(WATCHED_STEP_INDEX, step, f"watch: {self._plugin(step)}: {step.title}", None,
+                                 "applied when the workload started", by="watch")
+        if first.outcome != "applied":
+            return first
+        time.sleep(warm_up_s)
+        record = next((r for r in reversed(self.journal.records()) if r.by == "watch" and r.step == step.title), None)
+        if record is not None:
+            self._undo_record(record, force=True)
+        step = self._deferred_step(profile, table)
+        if step is None:
+            return first
+        with ExitStack() as stack:
+            verifier, unverified = self._start_verifier(stack, profile, True)
+            return self._apply_step(WATCHED_STEP_INDEX, step, f"watch: {self._plugin(step)}: {step.title}", verifier,
+                                    unverified, by="watch")
+
+    def _deferred_step(self, profile: Profile, table: str) -> Step | None:
+        steps = [s for s in self.plugins.plan(profile, self.host)
+                 if s.table == table and not s.skip_reason and s.pending_changes]
+        if steps:
+            self._check_writable(steps[:1])
+        return steps[0] if steps else None
 
     def _start_verifier(self, stack: ExitStack, profile: Profile, verify: bool) -> tuple[Verifier | None, str]:
         """A started Verifier, or None and the reason steps go unverified."""
@@ -211,6 +247,8 @@ class Agent:
                                   for change in record.changes]
         report["changes"] += [{"plugin": None, "step": None, "target": str(path), "before": None, "after": None,
                                "current": None, "state": "refused", "reason": reason} for path, reason in refused]
+        report["deferred"] = applied.deferred if applied else []
+        report["deferred_results"] = applied.deferred_results if applied else []
         report["watched"] = [{"plugin": r.plugin, "step": r.step, "at": r.written_at, "changes": len(r.changes),
                               "pids": sorted({c.task.pid for c in r.changes if c.task is not None})}
                              for r in trusted if r.by == "watch"]

@@ -104,6 +104,9 @@ class Step:
     changes: list[Change] = field(default_factory=list)
     skip_reason: str | None = None
     notes: list[str] = field(default_factory=list)
+    # Skipped only because the workload has no processes yet: `tuned-rl watch` applies and
+    # verifies it when the workload starts.
+    waits_for_workload: bool = False
 
     @property
     def pending_changes(self) -> list[Change]:

@@ -85,6 +85,8 @@ class Applied:
     started: float
     host_root: str | None = None  # None: not recorded (tuned-rl 0.1)
     digest: str | None = None  # Profile.digest(): the same profile applied again changes nothing
+    deferred: list = field(default_factory=list)  # tables whose step waits for the workload (watch applies them)
+    deferred_results: list = field(default_factory=list)  # what watch made of them: {table, step, outcome, ...}
 
 
 @dataclass(frozen=True)

@@ -275,7 +275,9 @@ def workload_for_step(host: Host, target_table: dict, step) -> list:
         step.skip_reason = f"cannot find the workload: {err}"
         return []
     if not workload:
-        step.skip_reason = "the workload has no processes now: start it first, then apply"
+        step.waits_for_workload = True
+        step.skip_reason = ("the workload has no processes now: `tuned-rl watch` applies and verifies this step when "
+                            "it starts")
         if target_table and "name" in target_table and name_matches(host, target_from_table(target_table)[0])[1]:
             step.skip_reason = ("no process of [target] users matches the name now (another user's do: see the "
                                 "plan's notes)")

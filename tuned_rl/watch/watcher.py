@@ -9,6 +9,7 @@ another ``apply`` it reloads the profile that apply recorded.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from tuned_rl.core.agent import Agent, HostError
 from tuned_rl.core.journal import Applied
 from tuned_rl.core.lock import LockHeld, exclusive_lock
 from tuned_rl.host import TaskGone, printable
+from tuned_rl.measure.targets import TargetError, resolve_pids, target_from_table
 from tuned_rl.profiles.loader import Profile, ProfileError, load_profile
 
 KINDS_THAT_MATTER = ("fork", "exec", "comm", "uid")
@@ -41,10 +43,11 @@ class Watcher:
     """Keeps the applied profile in force; ``emit(event: dict)`` reports each thing it does."""
 
     def __init__(self, agent: Agent, emit: Callable[[dict], None], rescan_seconds: float = 30.0,
-                 load: Callable[[str], Profile] = load_profile):
+                 load: Callable[[str], Profile] = load_profile, warm_up_seconds: float = 2.0):
         self.agent = agent
         self.emit = emit
         self.rescan_seconds = rescan_seconds
+        self.warm_up_seconds = warm_up_seconds
         self.load = load
         self.stats = WatchStats()
         self.applied: Applied | None = None
@@ -111,6 +114,35 @@ class Watcher:
         self.emit({"event": "rescanned", "why": why, "processes": len(self.agent.host.pids()),
                    "acted": self.stats.acted - before, "seconds": round(time.monotonic() - began, 3)})
 
+    def _is_target(self, pid: int) -> bool:
+        table = self.profile.get("target")
+        if not table or table.get("canary"):
+            return False
+        try:
+            return pid in resolve_pids(self.agent.host, target_from_table(table)[0])
+        except TargetError:
+            return False
+
+    def _run_deferred(self, pid: int) -> None:
+        """The workload started: apply and verify each step apply deferred until it ran."""
+        for table in list(self.applied.deferred):
+            began = time.monotonic()
+            self.emit({"event": "deferred", "table": table, "pid": pid,
+                       "reason": "the workload started: applying the step apply deferred, then verifying it"})
+            report = self.agent.apply_deferred(self.profile, table, self.warm_up_seconds)
+            result = {"table": table, "at": round(time.time(), 3), "pid": pid}
+            if report is None:
+                result.update(outcome="unchanged", reason="nothing to change now")
+            else:
+                result.update(step=report.step, outcome=report.outcome, reason=report.reason,
+                              changes=len(report.changes), seconds=round(time.monotonic() - began, 1))
+                if report.before is not None:
+                    result.update(p999_without_us=report.before["p999_us"], p999_with_us=report.after["p999_us"])
+            self.applied = dataclasses.replace(self.applied, deferred=[t for t in self.applied.deferred if t != table],
+                                               deferred_results=[*self.applied.deferred_results, result])
+            self.agent.journal.begin(self.applied)
+            self.emit({"event": "verified", **result})
+
     def _journaled(self, step) -> list[str]:
         """The step's pending changes whose value tuned-rl already set once (a journaled record
         names the same value, task included): someone changed each since."""
@@ -141,6 +173,8 @@ class Watcher:
         parent = self.forked_by.pop(pid, None)
         if parent is not None:
             self._adopt(process, parent)
+        if self.applied.deferred and self._is_target(pid):
+            self._run_deferred(pid)
         for step in self.agent.plugins.plan_process(self.profile, host, process):
             if step.skip_reason or not step.pending_changes:
                 continue
