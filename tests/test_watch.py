@@ -259,3 +259,19 @@ def test_after_isolation_a_new_workload_process_is_placed_with_its_pins_and_othe
     # Back where it started (the kernel then evacuates it with the housekeeping cpuset; this tree does not).
     assert cgroup_of(tree, 110) == "/tuned-rl-housekeeping"
     assert cgroup_of(tree, 120) == "/" and tree.host.process(111).affinity == "0-1"
+
+
+def test_watch_applies_no_rule_of_a_step_the_apply_reverted(node, cli, profile_file, state_dir):
+    import dataclasses
+    tree = node
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+    journal = Journal(state_dir)
+    journal.begin(dataclasses.replace(journal.applied(), reverted=["offline_eviction"]))  # as a harmful verdict leaves it
+
+    def job_starts():
+        tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
+        return [ProcEvent("exec", 700, 700, 0)]
+    emitted = []
+    watch(tree, state_dir, [job_starts, []], emitted)
+    assert not [e for e in emitted if e["event"] == "evicted"]
+    assert parse_cgroup_file(tree.get("/proc/700/cgroup"))["cpu"] == "/"

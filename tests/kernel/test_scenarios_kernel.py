@@ -41,7 +41,11 @@ def test_a_harmful_step_is_reverted_and_its_value_is_back(tmp_path):
     print(result.row())
     assert step["outcome"] == "reverted", step["reason"]
     assert step["changes"][-1]["before"] == "950000" and step["changes"][-1]["after"] == "500000"
-    assert step["verdict"]["p_value"] < 0.01 and result.after_p999_us > 1.2 * result.before_p999_us
+    # A budget that throttles the workload can starve it of waits in the arm with the step: that
+    # rule decides on the event count, with no p-value (one fresh-clone run: 0.14 -> 553.65 ms).
+    verdict = step["verdict"]
+    assert verdict["rule"] == "starved" or verdict["p_value"] < 0.01, verdict
+    assert result.after_p999_us > 1.2 * result.before_p999_us
     assert result.value_after_apply == "950000"  # back when apply returned, before any rollback
     assert result.seconds < 120 and result.host_restored
 

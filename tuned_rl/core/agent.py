@@ -118,11 +118,16 @@ class Agent:
                 step_report = self._apply_step(index, step, label, verifier, unverified)
                 report.steps.append(step_report)
                 status = 1 if step_report.outcome == "failed" else 0
-            deferred = [s.table for s in steps if s.skip_reason and s.waits_for_workload]
-            if deferred and not status:
-                self.journal.begin(dataclasses.replace(applied, deferred=deferred))
-            # applied.json stays even when no step changed anything: the profile is applied, and
-            # `tuned-rl watch` keeps it in force for the processes that start later.
+            if status:
+                self.journal.finish()  # a failed apply left nothing of itself (its step reverted)
+            else:
+                # applied.json stays even when no step changed anything: the profile is applied, and
+                # `tuned-rl watch` keeps it in force for the processes that start later, but for the
+                # steps verified harmful, and applies the deferred ones when the workload starts.
+                deferred = [s.table for s in steps if s.skip_reason and s.waits_for_workload]
+                reverted = sorted({s.table for s, r in zip(steps, report.steps) if r.outcome == "reverted"})
+                if deferred or reverted:
+                    self.journal.begin(dataclasses.replace(applied, deferred=deferred, reverted=reverted))
         self.progress("")  # done: an empty line clears the progress display
         return report, status
 

@@ -87,6 +87,7 @@ class Applied:
     digest: str | None = None  # Profile.digest(): the same profile applied again changes nothing
     deferred: list = field(default_factory=list)  # tables whose step waits for the workload (watch applies them)
     deferred_results: list = field(default_factory=list)  # what watch made of them: {table, step, outcome, ...}
+    reverted: list = field(default_factory=list)  # tables whose step was verified harmful: watch applies none of them
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,7 @@ class Watcher:
         if self.applied.deferred and self._is_target(pid):
             self._run_deferred(pid)
         for step in self.agent.plugins.plan_process(self.profile, host, process):
-            if step.skip_reason or not step.pending_changes:
+            if step.skip_reason or not step.pending_changes or step.table in self.applied.reverted:
                 continue
             owned = self._journaled(step)
             if owned:
