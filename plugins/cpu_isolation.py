@@ -143,7 +143,7 @@ def tuned_rl_plan_process(profile, host, process):
     key = host.cgroup_mount(mount).key
     where = process.cgroups.get(key, "/")
     target = profile.get("target")
-    if target and not target.get("canary") and process.pid in _workload_pids(host, target):
+    if target and not target.get("canary") and _is_workload(host, target, process):
         if where == f"/{WORKLOAD}":
             return None
         step = Step("cpu_isolation", f"place the workload's new process pid {process.pid} ({process.comm})")
@@ -157,12 +157,9 @@ def tuned_rl_plan_process(profile, host, process):
     return [step]
 
 
-def _workload_pids(host, target_table: dict) -> set[int]:
-    from tuned_rl.measure.targets import TargetError, resolve_pids, target_from_table
-    try:
-        return resolve_pids(host, target_from_table(target_table)[0])
-    except TargetError:
-        return set()
+def _is_workload(host, target_table: dict, process) -> bool:
+    from tuned_rl.measure.targets import is_target_process, target_from_table
+    return is_target_process(host, target_from_table(target_table)[0], process)
 
 
 def pin_changes(host, workload: list, pins: dict[str, str], notes: list[str]) -> list[Change]:

@@ -40,7 +40,8 @@ import re
 from tuned_rl import Change, CpuList, Key, Problem, Step, Table, ValueType, hookimpl
 from tuned_rl.core.kinds import cgroup_settings
 from tuned_rl.host import format_cpu_list, parse_cpu_list
-from tuned_rl.measure.targets import TargetError, target_processes, unit_cgroup
+from tuned_rl.measure.targets import (TargetError, is_target_process, target_from_table, target_processes,
+                                      unit_cgroup)
 
 OFFLINE = "tuned-rl-offline"
 MATCH_KEYS = ("name", "cmdline", "user", "cgroup", "unit")
@@ -146,7 +147,9 @@ def tuned_rl_plan_process(profile, host, process):
         why = _forked_by_evicted_job(host, process)  # forked during its parent's move, then exec'd
     if why is None:
         return None
-    if _is_ours(host, process) or process.tgid in _target_tgids(host, profile.get("target")):
+    target = profile.get("target")
+    if _is_ours(host, process) or target and not target.get("canary") and is_target_process(
+            host, target_from_table(target)[0], process):
         return None
     jobs = [process] + [p for p in _descendants(host, process.pid) if not p.kernel_thread]
     step = Step("offline_eviction", f"evict offline job pid {process.pid} ({process.comm})")

@@ -1,7 +1,10 @@
 """Late jobs: the offline jobs start after the apply, and `tuned-rl watch` evicts them as they start.
 
-The request/response workload runs (workload.py); an eviction profile (the jobs, matched by
-command line, to CPU 0 at SCHED_IDLE) is applied while no job exists: its step is skipped.
+The request/response workload runs (workload.py); a profile like the one TuneD's daemon was
+measured with in this scenario (the workload to CPU 1, the jobs to CPU 0 at a background policy):
+[cpu_isolation] with latency CPU 1 and [offline_eviction] of the jobs, matched by command line,
+at SCHED_IDLE. It is applied while no job exists: the isolation step is verified on the
+workload, the eviction step skipped.
 Then `tuned-rl watch --json` starts, and three CPU-bound jobs start, each forking a child at
 once that execs a busy shell loop (a command line no matcher names: it is moved because its
 parent was, having been forked before the move). The run checks that every job and child is in
@@ -41,9 +44,11 @@ name = "lab-late-jobs"
 [target]
 name = "{MARKER}"
 
+[cpu_isolation]
+latency_cpus = "1"
+
 [offline_eviction]
 policy = "SCHED_IDLE"
-cpus = "0"
 
 [[offline_eviction.match]]
 cmdline = "{OFFLINE_JOB}"
@@ -103,7 +108,8 @@ def run(state_dir: Path) -> LateJobs:
     with processes([workload_command()]):
         time.sleep(3)  # past its start-up
         report, _ = apply_profile(PROFILE, state_dir)
-        assert report["steps"][0]["outcome"] == "skipped", report
+        eviction = next(s for s in report["steps"] if s["plugin"] == "offline_eviction")
+        assert eviction["outcome"] == "skipped", report
         env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
         env.pop("TUNED_RL_HOST_ROOT", None)
         watch = subprocess.Popen([sys.executable, "-m", "tuned_rl.cli", "watch", "--json"], stdout=subprocess.PIPE,
@@ -146,12 +152,13 @@ def run(state_dir: Path) -> LateJobs:
 
 
 def _unplaced(place: tuple[str, str, str]) -> tuple[str, str, str]:
-    """Where a late process was before watch moved it (read before the move: it may not have
-    been moved yet then; if it had, its original is the root cgroup and SCHED_OTHER)."""
+    """Where a late process would be without tuned-rl: where it was when read, unless tuned-rl
+    had placed it (watch may have acted first; a job started by a housekeeping process inherits
+    its cpuset): the root cgroups, at SCHED_OTHER."""
     cpu, cpuset, policy = place
-    if cpu == "/tuned-rl-offline":
-        return "/", "/", "SCHED_OTHER"
-    return place
+    ours = ("/tuned-rl-offline", "/tuned-rl-housekeeping")
+    return ("/" if cpu in ours else cpu, "/" if cpuset in ours else cpuset,
+            "SCHED_OTHER" if cpu in ours or policy == "SCHED_IDLE" else policy)
 
 
 def _wait_for(condition, seconds: float, what: str, details=lambda: "") -> None:

@@ -68,3 +68,20 @@ def test_a_kill_9_of_watch_while_it_evicts_leaves_a_host_rollback_puts_back(dela
             watch.wait()
         rollback(state)
     assert placement_differences(original, placement()) == []
+
+
+def test_a_workload_that_starts_after_the_apply_is_placed_at_once_and_its_deferred_step_verified(tmp_path):
+    import late_workload
+    # Isolated beside three CPU-bound neighbours against alone on both CPUs (8 s each): five bench
+    # runs read x0.61-x1.79, median x0.85 (README). At a p999 of 0.1 ms a moment of the VM's host
+    # moves one reading, so the bar here is the noisy-neighbour scenario's, 1.5x, over up to three
+    # runs; the 1.0x goal is the bench's median.
+    for attempt in range(3):
+        result = late_workload.run(tmp_path / str(attempt))
+        print(result.row())
+        assert result.placed_after_s is not None and result.placed_after_s < 1.0
+        assert result.outcome == "kept", result.reason
+        assert not result.differences and result.watch_exit == 0, result.differences
+        if result.ratio <= 1.5:
+            return
+    assert result.ratio <= 1.5

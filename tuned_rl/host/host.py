@@ -107,7 +107,7 @@ class Host:
     @property
     def is_live(self) -> bool:
         """The root is the real host's (not a test tree)."""
-        return self.root == Path("/")
+        return str(self.root) == "/"  # asked for every /proc read: no Path built each time
 
     # -- files ---------------------------------------------------------------
 
@@ -126,6 +126,8 @@ class Host:
 
     def read_prefix(self, target: str, limit: int) -> bytes:
         """The first ``limit`` bytes of a file, never more (a /proc/PID/cmdline can be megabytes)."""
+        if self.is_live and target.startswith("/proc/") and ".." not in target:
+            return _read_small(target, limit)  # the hot path of reading processes: no pathlib
         return _read_small(str(self.path(target)), limit)
 
     def write(self, target: str, value: str) -> None:

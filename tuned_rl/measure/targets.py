@@ -167,6 +167,25 @@ def resolve_pids(host: Host, target: Target) -> set[int]:
         raise TargetError(str(err)) from err
 
 
+def is_target_process(host: Host, target: Target, process) -> bool:
+    """Whether one process (a ProcessInfo of its main thread) is part of the target now, without
+    reading every other process: what watch asks of each process that starts."""
+    if target.kind == "pid":
+        return process.tgid == int(target.value)
+    if target.kind == "name":
+        if process.pid == os.getpid():
+            return False
+        pattern = re.compile(target.value)
+        if not (pattern.search(process.comm) or pattern.search(process.cmdline)):
+            return False
+        allowed = {uid for uid in (user_id(host, u) for u in target.users) if uid is not None}
+        return bool(process.uids) and all(uid in allowed for uid in process.uids)
+    try:
+        return process.tgid in resolve_pids(host, target)
+    except TargetError:
+        return False
+
+
 def unit_cgroup(host: Host, unit: str) -> str:
     """The cgroupfs directory of a systemd unit."""
     try:

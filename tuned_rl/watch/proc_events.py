@@ -19,6 +19,7 @@ import os
 import select
 import socket
 import struct
+import time
 from dataclasses import dataclass
 
 NETLINK_CONNECTOR = 11
@@ -39,6 +40,7 @@ _PROC_EVENT = struct.Struct("=IIQ")     # what, cpu, timestamp_ns (aligned: 16 b
 _TWO_PIDS = struct.Struct("=II")        # exec, comm, exit, uid: process_pid, process_tgid first
 _FORK = struct.Struct("=IIII")          # parent_pid, parent_tgid, child_pid, child_tgid
 RECEIVE_BUFFER = 4 << 20                # bytes: room for a storm of starts between two reads
+LINGER_S = 0.003                        # after the first event, wait this long for those that follow
 
 
 class ProcEventsError(OSError):
@@ -114,6 +116,8 @@ class ProcEventSource:
         """Every event queued now, waiting up to ``timeout`` seconds for the first."""
         events = []
         ready, _, _ = select.select([self.sock], [], [], timeout)
+        if ready:
+            time.sleep(LINGER_S)  # a fork's exec follows within moments: read both, act once
         while ready:
             try:
                 data = self.sock.recv(65536, socket.MSG_DONTWAIT)

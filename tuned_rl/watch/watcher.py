@@ -19,7 +19,7 @@ from tuned_rl.core.agent import Agent, HostError
 from tuned_rl.core.journal import Applied
 from tuned_rl.core.lock import LockHeld, exclusive_lock
 from tuned_rl.host import TaskGone, printable
-from tuned_rl.measure.targets import TargetError, resolve_pids, target_from_table
+from tuned_rl.measure.targets import is_target_process, target_from_table
 from tuned_rl.profiles.loader import Profile, ProfileError, load_profile
 
 KINDS_THAT_MATTER = ("fork", "exec", "comm", "uid")
@@ -88,18 +88,44 @@ class Watcher:
                     self.forked_by[event.tgid] = event.parent_tgid
 
     def act_on_pending(self) -> None:
-        """Plan and apply each pending process; those the lock kept waiting stay pending."""
+        """Plan each pending process; take the lock only for those with something to do, and plan
+        them again under it (the journal may have changed). Those the lock kept waiting stay pending."""
         if not self.pending:
+            return
+        work = []
+        for pid, since in sorted(self.pending.items(), key=lambda item: item[1]):
+            del self.pending[pid]
+            if self._needs_acting(pid):
+                work.append((pid, since))
+        if not work:
             return
         try:
             with exclusive_lock(self.agent.journal.state_dir):
                 if not self.load_applied():
                     raise NothingApplied("nothing is applied any more (rolled back)")
-                for pid, since in sorted(self.pending.items(), key=lambda item: item[1]):
-                    del self.pending[pid]
+                for pid, since in work:
                     self._act_on(pid, since)
-        except LockHeld:
-            return  # an apply or rollback is running: try again on the next pass
+        except LockHeld:  # an apply or rollback is running: try again on the next pass
+            for pid, since in work:
+                self.pending.setdefault(pid, since)
+
+    def _needs_acting(self, pid: int) -> bool:
+        """Whether anything may be done for ``pid``: read-only, no lock (most processes need nothing)."""
+        host = self.agent.host
+        try:
+            process = host.process(pid)
+        except TaskGone:
+            self.forked_by.pop(pid, None)
+            return False
+        if process.tgid != pid or process.kernel_thread:
+            return False
+        if pid in self.forked_by and any(path.startswith("/tuned-rl-") for path in process.cgroups.values()):
+            return True  # born into a placement tuned-rl made: its undo is journaled under the lock
+        self.forked_by.pop(pid, None)
+        if self.applied.deferred and self._is_target(process):
+            return True
+        return any(not s.skip_reason and s.pending_changes and s.table not in self.applied.reverted
+                   for s in self.agent.plugins.plan_process(self.profile, host, process))
 
     def rescan(self, why: str) -> None:
         """Consider every process (a backstop for lost events, and for what started before watch)."""
@@ -114,14 +140,11 @@ class Watcher:
         self.emit({"event": "rescanned", "why": why, "processes": len(self.agent.host.pids()),
                    "acted": self.stats.acted - before, "seconds": round(time.monotonic() - began, 3)})
 
-    def _is_target(self, pid: int) -> bool:
+    def _is_target(self, process) -> bool:
         table = self.profile.get("target")
         if not table or table.get("canary"):
             return False
-        try:
-            return pid in resolve_pids(self.agent.host, target_from_table(table)[0])
-        except TargetError:
-            return False
+        return is_target_process(self.agent.host, target_from_table(table)[0], process)
 
     def _run_deferred(self, pid: int) -> None:
         """The workload started: apply and verify each step apply deferred until it ran."""
@@ -173,7 +196,7 @@ class Watcher:
         parent = self.forked_by.pop(pid, None)
         if parent is not None:
             self._adopt(process, parent)
-        if self.applied.deferred and self._is_target(pid):
+        if self.applied.deferred and self._is_target(process):
             self._run_deferred(pid)
         for step in self.agent.plugins.plan_process(self.profile, host, process):
             if step.skip_reason or not step.pending_changes or step.table in self.applied.reverted:
@@ -215,6 +238,7 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
     try:
         watcher.rescan("start")  # what started between the apply and now
         next_rescan = time.monotonic() + watcher.rescan_seconds
+        next_check = time.monotonic()
         while not stopping():
             watcher.note_events(source.read(timeout=min(1.0, max(0.0, next_rescan - time.monotonic()))))
             if source.lost != lost_seen:
@@ -224,6 +248,10 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
                 watcher.rescan("events were lost")
                 next_rescan = time.monotonic() + watcher.rescan_seconds
                 continue
+            if time.monotonic() >= next_check:  # a rollback, or another apply, since: at most a second ago
+                if not watcher.load_applied():
+                    raise NothingApplied("nothing is applied any more (rolled back)")
+                next_check = time.monotonic() + 1.0
             watcher.act_on_pending()
             if time.monotonic() >= next_rescan:
                 watcher.rescan("periodic")
