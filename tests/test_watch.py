@@ -275,3 +275,22 @@ def test_watch_applies_no_rule_of_a_step_the_apply_reverted(node, cli, profile_f
     watch(tree, state_dir, [job_starts, []], emitted)
     assert not [e for e in emitted if e["event"] == "evicted"]
     assert parse_cgroup_file(tree.get("/proc/700/cgroup"))["cpu"] == "/"
+
+
+def test_lost_events_are_counted_and_a_rescan_finds_the_job_they_hid(node, cli, profile_file, state_dir):
+    tree = node
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+    agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
+    source = FakeSource([])
+
+    def overflow():  # the kernel dropped the job's exec event (ENOBUFS): only the count says so
+        tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
+        source.lost += 1
+        return []
+    source.batches = [[], overflow, []]
+    emitted = []
+    run(Watcher(agent, emitted.append, rescan_seconds=3600), source, lambda: not source.batches)
+    kinds = [e["event"] for e in emitted]
+    assert kinds.index("lost") < kinds.index("evicted")
+    assert [e["why"] for e in emitted if e["event"] == "rescanned"] == ["start", "events were lost"]
+    assert parse_cgroup_file(tree.get("/proc/700/cgroup"))["cpu"] == "/tuned-rl-offline"
