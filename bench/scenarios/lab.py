@@ -288,3 +288,42 @@ def placement_differences(before: dict, after: dict) -> list[str]:
         if before.get(key) != after.get(key):
             differences.append(f"{key}: {before.get(key)!r} -> {after.get(key)!r}")
     return differences
+
+
+def runs(run, description: str) -> list:
+    """``--runs N`` (default 1): ``run(state_dir)`` N times, each in a fresh state directory, each
+    result's ``row()`` printed as it comes; returns the results."""
+    import argparse
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+    results = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as state:
+            results.append(run(Path(state)))
+        print(results[-1].row(), flush=True)
+    return results
+
+
+def start_watch(state_dir: Path, events: list) -> subprocess.Popen:
+    """`tuned-rl watch --json` on this host with ``state_dir``; its events are appended to
+    ``events`` as they come. Returns once it has scanned /proc (it acts on what starts after)."""
+    import threading
+    env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
+    env.pop("TUNED_RL_HOST_ROOT", None)
+    watch = subprocess.Popen([sys.executable, "-m", "tuned_rl.cli", "watch", "--json"], stdout=subprocess.PIPE,
+                             text=True, env=env)
+    threading.Thread(target=lambda: events.extend(json.loads(line) for line in watch.stdout), daemon=True).start()
+    wait_for(lambda: any(e["event"] == "rescanned" for e in events) or watch.poll() is not None, 20, "watch to start")
+    if watch.poll() is not None:
+        raise RuntimeError(f"tuned-rl watch exited {watch.returncode}")
+    return watch
+
+
+def wait_for(condition, seconds: float, what: str, details=lambda: "") -> None:
+    """Poll ``condition`` every 20 ms; AssertionError naming ``what`` (and ``details()``) after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} {details()}")
+        time.sleep(0.02)

@@ -20,20 +20,17 @@ compared with the start.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lab import (OFFLINE_JOB, apply_profile, measure, placement, placement_differences, processes,  # noqa: E402
-                 rollback)
+                 rollback, runs, start_watch, wait_for)
 from noisy_neighbour import workload_command  # noqa: E402
 from workload import MARKER  # noqa: E402
 
@@ -110,20 +107,13 @@ def run(state_dir: Path) -> LateJobs:
         report, _ = apply_profile(PROFILE, state_dir)
         eviction = next(s for s in report["steps"] if s["plugin"] == "offline_eviction")
         assert eviction["outcome"] == "skipped", report
-        env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
-        env.pop("TUNED_RL_HOST_ROOT", None)
-        watch = subprocess.Popen([sys.executable, "-m", "tuned_rl.cli", "watch", "--json"], stdout=subprocess.PIPE,
-                                 text=True, env=env)
-        reader = threading.Thread(target=lambda: result.events.extend(json.loads(line) for line in watch.stdout),
-                                  daemon=True)
-        reader.start()
+        watch = start_watch(state_dir, result.events)
         try:
-            _wait_for(lambda: any(e["event"] == "rescanned" for e in result.events), 20, "watch to start")
             with processes([[sys.executable, "-c", JOB, OFFLINE_JOB]] * 3, kill_children=True) as jobs:
-                _wait_for(lambda: all(children_of(j.pid) for j in jobs), 10, "the jobs to fork")
+                wait_for(lambda: all(children_of(j.pid) for j in jobs), 10, "the jobs to fork")
                 late = [j.pid for j in jobs] + [c for j in jobs for c in children_of(j.pid)]
                 before = {pid: where(pid) for pid in late}
-                _wait_for(lambda: all(where(pid)[0] == "/tuned-rl-offline" and where(pid)[2] == "SCHED_IDLE"
+                wait_for(lambda: all(where(pid)[0] == "/tuned-rl-offline" and where(pid)[2] == "SCHED_IDLE"
                                       for pid in late), 5, "watch to evict every job and child",
                           lambda: f"{[(pid, where(pid)) for pid in late]}; watch said {result.events}")
                 result.placed = True
@@ -161,27 +151,10 @@ def _unplaced(place: tuple[str, str, str]) -> tuple[str, str, str]:
             "SCHED_OTHER" if cpu in ours or policy == "SCHED_IDLE" else policy)
 
 
-def _wait_for(condition, seconds: float, what: str, details=lambda: "") -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what} {details()}")
-        time.sleep(0.02)
-
-
 def main() -> None:
-    import argparse
-    import tempfile
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=1)
-    args = parser.parse_args()
-    results = []
-    for _ in range(args.runs):
-        with tempfile.TemporaryDirectory() as state:
-            results.append(run(Path(state)))
-        print(results[-1].row(), flush=True)
+    results = runs(run, __doc__.splitlines()[0])
     reactions = sorted(ms for r in results for ms in r.reaction_ms)
-    print(f"{args.runs} runs: placed {sum(r.placed for r in results)}, put back "
+    print(f"{len(results)} runs: placed {sum(r.placed for r in results)}, put back "
           f"{sum(r.put_back and not r.differences for r in results)}; p999 running/quiet median "
           f"x{statistics.median(r.ratio for r in results):.2f} (max x{max(r.ratio for r in results):.2f}); "
           f"reaction median {statistics.median(reactions):.1f} ms, max {max(reactions):.1f} ms over {len(reactions)}")

@@ -15,20 +15,17 @@ placement is compared with the start.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import apply_profile, hog_command, measure, placement, placement_differences, processes, rollback  # noqa: E402
-from late_jobs import _wait_for  # noqa: E402
+from lab import (apply_profile, hog_command, measure, placement, placement_differences, processes,  # noqa: E402
+                 rollback, runs, start_watch, wait_for)
 from noisy_neighbour import workload_command  # noqa: E402
 from workload import MARKER  # noqa: E402
 
@@ -78,19 +75,13 @@ def run(state_dir: Path) -> LateWorkload:
         time.sleep(0.5)
         report, _ = apply_profile(PROFILE, state_dir)
         assert report["steps"][0]["outcome"] == "skipped", report
-        env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
-        env.pop("TUNED_RL_HOST_ROOT", None)
-        watch = subprocess.Popen([sys.executable, "-m", "tuned_rl.cli", "watch", "--json"], stdout=subprocess.PIPE,
-                                 text=True, env=env)
-        threading.Thread(target=lambda: result.events.extend(json.loads(line) for line in watch.stdout),
-                         daemon=True).start()
+        watch = start_watch(state_dir, result.events)
         try:
-            _wait_for(lambda: any(e["event"] == "rescanned" for e in result.events), 20, "watch to start")
             with processes([workload_command()]) as (workload,):
                 began = time.monotonic()
-                _wait_for(lambda: cpuset_of(workload.pid) == "/tuned-rl-workload", 10, "the workload's placement")
+                wait_for(lambda: cpuset_of(workload.pid) == "/tuned-rl-workload", 10, "the workload's placement")
                 result.placed_after_s = time.monotonic() - began
-                _wait_for(lambda: any(e["event"] == "verified" for e in result.events), 300, "the deferred verdict")
+                wait_for(lambda: any(e["event"] == "verified" for e in result.events), 300, "the deferred verdict")
                 verdict = next(e for e in result.events if e["event"] == "verified")
                 result.outcome, result.reason = verdict["outcome"], verdict.get("reason", "")
                 result.isolated_p999_us = measure(f"name:{MARKER}", 8, state_dir)["p999_us"]
@@ -111,18 +102,9 @@ def run(state_dir: Path) -> LateWorkload:
 
 
 def main() -> None:
-    import argparse
-    import tempfile
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=1)
-    args = parser.parse_args()
-    results = []
-    for _ in range(args.runs):
-        with tempfile.TemporaryDirectory() as state:
-            results.append(run(Path(state)))
-        print(results[-1].row(), flush=True)
+    results = runs(run, __doc__.splitlines()[0])
     outcomes = [r.outcome for r in results]
-    print(f"{args.runs} runs: " + ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
+    print(f"{len(results)} runs: " + ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
           + f"; placed after median {statistics.median(r.placed_after_s or 0 for r in results):.2f} s; isolated/quiet "
           f"median x{statistics.median(r.ratio for r in results):.2f}; put back {sum(not r.differences for r in results)}")
 

@@ -38,18 +38,15 @@ def test_late_jobs_and_their_children_are_evicted_as_they_start_and_put_back(tmp
 @pytest.mark.parametrize("delay_s", [0.0, 0.03, 0.08, 0.15, 0.4])
 def test_a_kill_9_of_watch_while_it_evicts_leaves_a_host_rollback_puts_back(delay_s, tmp_path):
     import signal
-    import subprocess
     import time
     import late_jobs
-    from lab import OFFLINE_JOB, apply_profile, placement, placement_differences, processes, rollback
+    from lab import (OFFLINE_JOB, apply_profile, placement, placement_differences, processes, rollback, start_watch,
+                     wait_for)
     original = placement()
     state = tmp_path / "state"
-    report, _ = apply_profile(late_jobs.PROFILE, state)
-    env = {**os.environ, "TUNED_RL_STATE_DIR": str(state)}
-    watch = subprocess.Popen([sys.executable, "-m", "tuned_rl.cli", "watch", "--json"], stdout=subprocess.PIPE,
-                             text=True, env=env)
+    apply_profile(late_jobs.PROFILE, state)
+    watch = start_watch(state, [])
     try:
-        assert '"rescanned"' in watch.stdout.readline() + watch.stdout.readline()
         with processes([[sys.executable, "-c", late_jobs.JOB, OFFLINE_JOB]] * 3, kill_children=True) as jobs:
             time.sleep(delay_s)
             watch.send_signal(signal.SIGKILL)
@@ -57,7 +54,7 @@ def test_a_kill_9_of_watch_while_it_evicts_leaves_a_host_rollback_puts_back(dela
             # No waiting for the forks: a job already at SCHED_IDLE on CPU 0 may starve behind the
             # jobs watch did not reach, until rollback.
             rollback(state)
-            late_jobs._wait_for(lambda: all(late_jobs.children_of(j.pid) for j in jobs), 10, "the jobs to fork")
+            wait_for(lambda: all(late_jobs.children_of(j.pid) for j in jobs), 10, "the jobs to fork")
             late = [j.pid for j in jobs] + [c for j in jobs for c in late_jobs.children_of(j.pid)]
             assert all(late_jobs.where(pid) == ("/", "/", "SCHED_OTHER") for pid in late), \
                 [(pid, late_jobs.where(pid)) for pid in late]
