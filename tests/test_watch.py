@@ -40,6 +40,12 @@ def node(cgroup_tree_host):
     return tree
 
 
+def job_starts(tree):
+    """An archiver (pid 700) that no apply saw: its exec event."""
+    tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
+    return [ProcEvent("exec", 700, 700, 0)]
+
+
 class FakeSource:
     """Hands out one batch of events per read, then asks the loop to stop."""
 
@@ -65,12 +71,12 @@ def test_a_job_that_starts_after_the_apply_is_evicted_journaled_and_rolled_back(
     assert status == 0 and '"skipped"' in out  # no job yet
     original = tree.snapshot()
 
-    def job_starts():
+    def archiver_and_its_child_start():
         tree.add_process(700, "python3", (701,), cmdline="python3 archive.py --all", uid=0, cgroups=V1, start_time=9000)
         tree.add_process(702, "gzip", cmdline="gzip -9", ppid=700, cgroups=V1, start_time=9001)  # forked before the move
         return [ProcEvent("exec", 700, 700, 0), ProcEvent("fork", 701, 700, 0, 700)]
     emitted = []
-    assert watch(tree, state_dir, [[], job_starts], emitted) == 0
+    assert watch(tree, state_dir, [[], archiver_and_its_child_start], emitted) == 0
     [evicted] = [e for e in emitted if e["event"] == "evicted"]
     assert evicted["pid"] == 700 and evicted["pids"] == [700, 701, 702] and evicted["plugin"] == "offline_eviction"
     for pid in (700, 702):
@@ -140,10 +146,6 @@ def test_a_child_born_into_an_evicted_jobs_placement_is_journaled_and_put_back(n
     tree = node
     assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
 
-    def job_starts():
-        tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
-        return [ProcEvent("exec", 700, 700, 0)]
-
     def child_forked_after_the_move():  # as the kernel forks: the parent's cgroups and policy
         tree.add_process(703, "sh", cmdline="sh -c work", ppid=700, cgroups={"cpu": "/tuned-rl-offline", "cpuset": "/"},
                          start_time=9500)
@@ -152,7 +154,7 @@ def test_a_child_born_into_an_evicted_jobs_placement_is_journaled_and_put_back(n
         tree.set("/proc/703/task/703/stat", tree.get("/proc/703/stat"))
         return [ProcEvent("fork", 703, 703, 1, 700)]
     emitted = []
-    watch(tree, state_dir, [job_starts, child_forked_after_the_move, []], emitted)
+    watch(tree, state_dir, [lambda: job_starts(tree), child_forked_after_the_move, []], emitted)
     assert [e["event"] for e in emitted if e["event"] in ("evicted", "inherited")] == ["evicted", "inherited"], emitted
     assert tree.host.process(703).policy == "SCHED_IDLE"
     assert cli("rollback")[0] == 0
@@ -165,10 +167,7 @@ def test_status_shows_what_watch_did_with_times(node, cli, profile_file, state_d
     tree = node
     assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
 
-    def job_starts():
-        tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
-        return [ProcEvent("exec", 700, 700, 0)]
-    watch(tree, state_dir, [job_starts, []], [])
+    watch(tree, state_dir, [lambda: job_starts(tree), []], [])
     report = json.loads(cli("status", "--json")[1])
     [watched] = report["watched"]
     assert watched["plugin"] == "offline_eviction" and watched["pids"] == [700] and watched["at"] > 1.7e9
@@ -181,15 +180,11 @@ def test_a_job_its_owner_moved_back_is_reported_once_and_left_alone(node, cli, p
     tree = node
     assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
 
-    def job_starts():
-        tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
-        return [ProcEvent("exec", 700, 700, 0)]
-
     def owner_moves_it_back():
         tree.host.set_cgroup(tree.host.task(700), CPU, "/")
         return [ProcEvent("comm", 700, 700, 0, comm="python3")]
     emitted = []
-    watch(tree, state_dir, [job_starts, owner_moves_it_back, [ProcEvent("exec", 700, 700, 0)], []], emitted)
+    watch(tree, state_dir, [lambda: job_starts(tree), owner_moves_it_back, [ProcEvent("exec", 700, 700, 0)], []], emitted)
     events = [e["event"] for e in emitted if e["event"] in ("evicted", "backed-off")]
     assert events == ["evicted", "backed-off"], emitted
     assert parse_cgroup_file(tree.get("/proc/700/cgroup"))["cpu"] == "/"  # theirs: not fought over
@@ -268,11 +263,8 @@ def test_watch_applies_no_rule_of_a_step_the_apply_reverted(node, cli, profile_f
     journal = Journal(state_dir)
     journal.begin(dataclasses.replace(journal.applied(), reverted=["offline_eviction"]))  # as a harmful verdict leaves it
 
-    def job_starts():
-        tree.add_process(700, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000)
-        return [ProcEvent("exec", 700, 700, 0)]
     emitted = []
-    watch(tree, state_dir, [job_starts, []], emitted)
+    watch(tree, state_dir, [lambda: job_starts(tree), []], emitted)
     assert not [e for e in emitted if e["event"] == "evicted"]
     assert parse_cgroup_file(tree.get("/proc/700/cgroup"))["cpu"] == "/"
 

@@ -159,12 +159,7 @@ def resolve_pids(host: Host, target: Target) -> set[int]:
     if target.kind == "name":
         return set(name_matches(host, target)[0])
     directory = target.value if target.kind == "cgroup" else unit_cgroup(host, target.value)
-    if not host.is_dir(directory):
-        raise TargetError(f"cgroup {directory} does not exist")
-    try:
-        return set(host.cgroup_tasks(directory, threads=False))
-    except LookupError as err:
-        raise TargetError(str(err)) from err
+    return _cgroup_members(host, directory, threads=False)
 
 
 def is_target_process(host: Host, target: Target, process) -> bool:
@@ -178,8 +173,7 @@ def is_target_process(host: Host, target: Target, process) -> bool:
         pattern = re.compile(target.value)
         if not (pattern.search(process.comm) or pattern.search(process.cmdline)):
             return False
-        allowed = {uid for uid in (user_id(host, u) for u in target.users) if uid is not None}
-        return bool(process.uids) and all(uid in allowed for uid in process.uids)
+        return _runs_as(process.uids, _allowed_uids(host, target))
     try:
         return process.tgid in resolve_pids(host, target)
     except TargetError:
@@ -205,12 +199,26 @@ def unit_cgroup(host: Host, unit: str) -> str:
 
 
 def _cgroup_threads(host: Host, directory: str) -> set[int]:
+    return _cgroup_members(host, directory, threads=True)
+
+
+def _cgroup_members(host: Host, directory: str, threads: bool) -> set[int]:
+    """The thread ids (or process ids) in a cgroup directory; TargetError if it is none."""
     if not host.is_dir(directory):
         raise TargetError(f"cgroup {directory} does not exist")
     try:
-        return set(host.cgroup_tasks(directory))
+        return set(host.cgroup_tasks(directory, threads=threads))
     except LookupError as err:
         raise TargetError(str(err)) from err
+
+
+def _allowed_uids(host: Host, target: Target) -> set[int]:
+    return {uid for uid in (user_id(host, u) for u in target.users) if uid is not None}
+
+
+def _runs_as(uids: tuple[int, ...], allowed: set[int]) -> bool:
+    """Every user id of a process (real, effective, saved, filesystem) is one of ``allowed``."""
+    return bool(uids) and all(uid in allowed for uid in uids)
 
 
 def user_id(host: Host, user: str) -> int | None:
@@ -225,7 +233,7 @@ def name_matches(host: Host, target: Target) -> tuple[list[int], list[tuple[int,
     match, split by whether every user id of theirs is one of the target's users. A look-alike is
     (pid, comm, real uid). tuned-rl itself is neither (its command line holds the pattern)."""
     pattern = re.compile(target.value)
-    allowed = {uid for uid in (user_id(host, u) for u in target.users) if uid is not None}
+    allowed = _allowed_uids(host, target)
     matched, lookalikes = [], []
     for pid in host.pids():
         if pid == os.getpid():
@@ -237,7 +245,7 @@ def name_matches(host: Host, target: Target) -> tuple[list[int], list[tuple[int,
             uids = host.process_uids(pid)
         except TaskGone:
             continue
-        if uids and all(uid in allowed for uid in uids):
+        if _runs_as(uids, allowed):
             matched.append(pid)
         else:
             lookalikes.append((pid, comm, uids[0] if uids else -1))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from tuned_rl.core.agent import Agent, HostError
@@ -36,7 +36,6 @@ class WatchStats:
     lost: int = 0
     rescans: int = 0
     acted: int = 0
-    started: float = field(default_factory=time.monotonic)
 
 
 class Watcher:
