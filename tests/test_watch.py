@@ -286,3 +286,69 @@ def test_lost_events_are_counted_and_a_rescan_finds_the_job_they_hid(node, cli, 
     assert kinds.index("lost") < kinds.index("evicted")
     assert [e["why"] for e in emitted if e["event"] == "rescanned"] == ["start", "events were lost"]
     assert parse_cgroup_file(tree.get("/proc/700/cgroup"))["cpu"] == "/tuned-rl-offline"
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_step_applied_while_the_workload_was_absent_is_verified_by_watch_when_it_starts(node, cli, profile_file,
+                                                                                         state_dir, monkeypatch, keep):
+    import json
+    import shutil
+    from test_verify import FakeVerifier
+    tree = node
+    shutil.rmtree(tree.host.path("/proc/100"))  # provisioning: the workload has not started yet
+    tree.set("/proc/sys/kernel/sched_rt_runtime_us", "950000")
+    profile = profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n')
+    status, out, _ = cli("apply", profile, "--json")
+    [step] = json.loads(out)["steps"]
+    assert status == 0 and step["outcome"] == "applied" and "watch` verifies it when it starts" in step["reason"]
+    assert "before" not in step  # nothing was measured: no "0 samples" verdict
+    awaiting = json.loads(cli("status", "--json")[1])["awaiting"]
+    assert awaiting == [{"table": "rt_runtime", "step": step["step"]}]
+    assert "applied unverified (the workload was not running)" in cli("status")[1]
+
+    measured = []
+    monkeypatch.setattr(Agent, "_start_verifier",
+                        lambda self, stack, profile, verify: measured.append(profile.name) or (FakeVerifier(keep), ""))
+
+    def workload_starts():
+        tree.add_process(100, "model", cmdline="python serve.py", cgroups=V1, start_time=9000)
+        return [ProcEvent("exec", 100, 100, 0)]
+    emitted = []
+    agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
+    source = FakeSource([[], workload_starts, [], []])
+    run(Watcher(agent, emitted.append, rescan_seconds=3600, warm_up_seconds=0), source, lambda: not source.batches)
+    [verified] = [e for e in emitted if e["event"] == "verified"]
+    assert len(measured) == 1 and verified["outcome"] == ("kept" if keep else "reverted"), emitted
+    assert verified["step"] == step["step"] and verified["after"] == "unverified at apply"
+    assert (verified["p999_without_us"], verified["p999_with_us"]) == (100, 300)
+    assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == ("900000" if keep else "950000")
+    report = json.loads(cli("status", "--json")[1])
+    assert report["awaiting"] == [] and report["deferred_results"][0]["outcome"] == verified["outcome"]
+    assert f"unverified at apply, then {verified['outcome']} by watch" in cli("status")[1]
+    assert cli("rollback")[0] == 0
+    assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "950000"
+
+
+def test_a_step_someone_changed_before_the_workload_started_is_left_unverified(node, cli, profile_file, state_dir,
+                                                                                monkeypatch):
+    import json
+    import shutil
+    from test_verify import FakeVerifier
+    tree = node
+    shutil.rmtree(tree.host.path("/proc/100"))
+    tree.set("/proc/sys/kernel/sched_rt_runtime_us", "950000")
+    assert cli("apply", profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n'))[0] == 0
+    tree.set("/proc/sys/kernel/sched_rt_runtime_us", "800000")  # an operator's value since
+    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify: (FakeVerifier(False), ""))
+
+    def workload_starts():
+        tree.add_process(100, "model", cmdline="python serve.py", cgroups=V1, start_time=9000)
+        return [ProcEvent("exec", 100, 100, 0)]
+    emitted = []
+    agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
+    source = FakeSource([[], workload_starts, []])
+    run(Watcher(agent, emitted.append, rescan_seconds=3600, warm_up_seconds=0), source, lambda: not source.batches)
+    [verified] = [e for e in emitted if e["event"] == "verified"]
+    assert verified["outcome"] == "left" and "someone changed" in verified["reason"]
+    assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "800000"
+    assert json.loads(cli("status", "--json")[1])["awaiting"] == []

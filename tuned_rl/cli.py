@@ -20,7 +20,7 @@ from tuned_rl.core.report import format_table, to_diff
 from tuned_rl.diagnose.profile_writer import write_profile
 from tuned_rl.diagnose.report import format_diagnosis
 from tuned_rl.diagnose.run import diagnose
-from tuned_rl.host import SCHED_POLICIES, Host
+from tuned_rl.host import SCHED_POLICIES, Host, printable
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.doctor import examine
 from tuned_rl.measure.measurement import measure_target
@@ -281,12 +281,17 @@ def cmd_status(agent: Agent, args) -> int:
     print("\n".join(format_table(("TARGET", "ORIGINAL", "APPLIED", "NOW", "STATE"), rows) + rest))
     for table in report["deferred"]:
         print(f"[{table}]: deferred until the workload starts (`tuned-rl watch` applies and verifies it then)")
+    for entry in report.get("awaiting", []):
+        print(f"[{entry['table']}] {printable(entry['step'])}: applied unverified (the workload was not running); "
+              "`tuned-rl watch` verifies it when it starts")
     for result in report["deferred_results"]:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(result["at"]))
         figures = (f", p999 {format_us(result['p999_without_us'])} -> {format_us(result['p999_with_us'])}"
-                   if "p999_with_us" in result else "")
-        print(f"[{result['table']}]: deferred, then {result['outcome']} by watch at {at} when pid {result['pid']} "
-              f"started{figures} ({result['reason']})")
+                   f" (n {result['samples_without']} / {result['samples_with']})"
+                   if "p999_with_us" in result and "samples_with" in result else "")
+        after = result.get("after", "deferred")
+        print(f"[{result['table']}] {printable(result.get('step', ''))}: {after}, then {result['outcome']} by watch "
+              f"at {at} when pid {result['pid']} started{figures} ({result['reason']})")
     if report["watched"]:
         print(f"placed or evicted by tuned-rl watch since the apply ({len(report['watched'])} records; their changes "
               "are among the rows above):")

@@ -305,14 +305,17 @@ def runs(run, description: str) -> list:
     return results
 
 
-def start_watch(state_dir: Path, events: list) -> subprocess.Popen:
-    """`tuned-rl watch --json` on this host with ``state_dir``; its events are appended to
-    ``events`` as they come. Returns once it has scanned /proc (it acts on what starts after)."""
+def start_watch(state_dir: Path, events: list, lab_plugin: bool = False, args: tuple = ()) -> subprocess.Popen:
+    """`tuned-rl watch --json [ARGS]` on this host with ``state_dir`` (``lab_plugin``: the lab's plugin
+    loaded too); its events are appended to ``events`` as they come. Returns once it has scanned
+    /proc (it acts on what starts after)."""
     import threading
     env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
     env.pop("TUNED_RL_HOST_ROOT", None)
-    watch = subprocess.Popen([sys.executable, "-m", "tuned_rl.cli", "watch", "--json"], stdout=subprocess.PIPE,
-                             text=True, env=env)
+    if lab_plugin:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LAB_PLUGIN), env.get("PYTHONPATH")]))
+    watch = subprocess.Popen([sys.executable, "-m", "tuned_rl.cli", "watch", "--json", *args],
+                             stdout=subprocess.PIPE, text=True, env=env)
     threading.Thread(target=lambda: events.extend(json.loads(line) for line in watch.stdout), daemon=True).start()
     wait_for(lambda: any(e["event"] == "rescanned" for e in events) or watch.poll() is not None, 20, "watch to start")
     if watch.poll() is not None:

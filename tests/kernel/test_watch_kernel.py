@@ -87,3 +87,20 @@ def test_a_workload_that_starts_after_the_apply_is_placed_at_once_and_its_deferr
         if result.ratio <= 1.5:
             return
     assert result.ratio <= 1.5
+
+
+@pytest.mark.parametrize("step", ["harmful", "harmless"])
+def test_a_step_applied_before_the_workload_started_is_verified_by_watch_on_it(step, tmp_path):
+    import provisioned_step
+    # apply at provisioning cannot measure the workload: the step is applied unverified and watch
+    # verifies it once the workload runs. Harmful (a helper made SCHED_FIFO, spinning 5 ms every
+    # 0.5 s on the workload's CPU): reverted. Harmless (vm.stat_interval = 10): not reverted.
+    result = provisioned_step.run(tmp_path, step)
+    print(result.row(), result.reason)
+    assert "`tuned-rl watch` verifies it when it starts" in result.applied_reason
+    assert min(result.samples) > 1000, result.samples  # judged on the workload's waits, not on nothing
+    if step == "harmful":
+        assert result.outcome == "reverted" and result.value_after_verdict == "helper SCHED_IDLE", result.reason
+    else:
+        assert result.outcome in ("kept", "inconclusive") and result.value_after_verdict == "vm.stat_interval 10"
+    assert result.restored and result.watch_exit == 0

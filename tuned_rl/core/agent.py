@@ -24,12 +24,14 @@ from tuned_rl.host.host import TARGETED_ACTIONS
 from tuned_rl.measure.probes import ProbeError
 from tuned_rl.measure.probes.tracefs import remove_leftover_instances
 from tuned_rl.measure.settings import VerifySettings
-from tuned_rl.measure.targets import TargetError, lookalike_notes, target_from_table
+from tuned_rl.measure.targets import TargetError, lookalike_notes, target_from_table, target_processes
 from tuned_rl.profiles.loader import Profile
 
 Progress = Callable[[str], None]
 
 NOT_VERIFIED = "not verified"
+AWAITING_WORKLOAD = ("not verified yet: the workload is not running; `tuned-rl watch` verifies it when it starts "
+                     "(until then it is applied, unverified)")
 
 
 class HostError(RuntimeError):
@@ -106,7 +108,11 @@ class Agent:
                               profile.digest())
             self.journal.begin(applied)
             changing = any(s.pending_changes and not s.skip_reason for s in steps)
-            verifier, unverified = self._start_verifier(stack, profile, verify) if changing else (None, "")
+            verifier, unverified = (None, "")
+            if changing and verify and self._workload_absent(profile):
+                unverified = AWAITING_WORKLOAD  # measuring nothing would only read "0 samples"
+            elif changing:
+                verifier, unverified = self._start_verifier(stack, profile, verify)
             report.notes += verifier.notes if verifier else []
             status = 0
             for index, step in enumerate(steps):
@@ -126,8 +132,11 @@ class Agent:
                 # steps verified harmful, and applies the deferred ones when the workload starts.
                 deferred = [s.table for s in steps if s.skip_reason and s.waits_for_workload]
                 reverted = sorted({s.table for s, r in zip(steps, report.steps) if r.outcome == "reverted"})
-                if deferred or reverted:
-                    self.journal.begin(dataclasses.replace(applied, deferred=deferred, reverted=reverted))
+                awaiting = [{"table": s.table, "step": s.title} for s, r in zip(steps, report.steps)
+                            if _verified_on_nothing(r)]
+                if deferred or reverted or awaiting:
+                    self.journal.begin(dataclasses.replace(applied, deferred=deferred, reverted=reverted,
+                                                           awaiting=awaiting))
         self.progress("")  # done: an empty line clears the progress display
         return report, status
 
@@ -190,6 +199,64 @@ class Agent:
             verifier, unverified = self._start_verifier(stack, profile, True)
             return self._apply_step(WATCHED_STEP_INDEX, step, f"watch: {self._plugin(step)}: {step.title}", verifier,
                                     unverified, by="watch")
+
+    def verify_awaiting(self, profile: Profile, awaiting: list[dict]) -> list[tuple[dict, StepReport | None]]:
+        """Verify the steps apply wrote unverified because the workload was not running (or that
+        were judged on no samples), now that it runs (the caller holds the lock). Each, in apply
+        order: its record undone, the step planned again and applied under the profile's judge
+        (baseline without, then with), kept or reverted as apply would. A step whose values someone
+        changed since is left as it is (report "left"); None: the plan has nothing for it now."""
+        results: list[tuple[dict, StepReport | None]] = []
+        with ExitStack() as stack:
+            verifier, unverified = self._start_verifier(stack, profile, True)
+            for entry in awaiting:
+                record = next((r for r in reversed(self.journal.records())
+                               if r.step == entry["step"] and r.plugin == self.plugins.owners.get(entry["table"],
+                                                                                                  entry["table"])),
+                              None)
+                if record is not None:
+                    changed = self._changed_since(record)
+                    if changed:
+                        results.append((entry, StepReport(record.plugin, record.step, [], "left",
+                                                          f"someone changed {changed[0]} since the apply: left as "
+                                                          "it is, unverified")))
+                        continue
+                    self._undo_record(record, force=True)
+                step = next((s for s in self.plugins.plan(profile, self.host) if s.table == entry["table"]
+                             and s.title == entry["step"] and not s.skip_reason and s.pending_changes), None)
+                if step is None:
+                    results.append((entry, None))
+                    continue
+                self._check_writable([step])
+                if verifier is not None:
+                    verifier.baseline = None  # the host changed (undone) since any baseline it holds
+                index = record.step_index if record is not None else WATCHED_STEP_INDEX
+                results.append((entry, self._apply_step(index, step, f"watch: {self._plugin(step)}: {step.title}",
+                                                        verifier, unverified, by="watch")))
+        return results
+
+    def _changed_since(self, record: StepRecord) -> list[str]:
+        """The changes of ``record`` that no longer read as tuned-rl wrote them (a task gone is not one)."""
+        changed = []
+        for change in record.changes:
+            try:
+                if not change.holds(change.read(self.host), change.after):
+                    changed.append(change.label())
+            except (TaskGone, ProcessLookupError):
+                continue
+            except (OSError, LookupError):
+                changed.append(change.label())
+        return changed
+
+    def _workload_absent(self, profile: Profile) -> bool:
+        """Whether the profile's [target] names a workload (not a canary) that has no process now."""
+        table = profile.get("target")
+        if not table or table.get("canary"):
+            return False
+        try:
+            return not target_processes(self.host, table)
+        except TargetError:
+            return False  # the verifier says what is wrong with it
 
     def _deferred_step(self, profile: Profile, table: str) -> Step | None:
         steps = [s for s in self.plugins.plan(profile, self.host)
@@ -254,6 +321,7 @@ class Agent:
                                "current": None, "state": "refused", "reason": reason} for path, reason in refused]
         report["deferred"] = applied.deferred if applied else []
         report["deferred_results"] = applied.deferred_results if applied else []
+        report["awaiting"] = applied.awaiting if applied else []
         report["watched"] = [{"plugin": r.plugin, "step": r.step, "at": r.written_at, "changes": len(r.changes),
                               "pids": sorted({c.task.pid for c in r.changes if c.task is not None})}
                              for r in trusted if r.by == "watch"]
@@ -570,6 +638,14 @@ class Agent:
                                         if outcome in ("applied", "kept", "inconclusive") else c.handler.show(c.after))
                            for c in shown],
                           outcome, reason, phase=self.plugins.phase_of(step.table), gone=gone, notes=list(step.notes))
+
+
+def _verified_on_nothing(report: StepReport) -> bool:
+    """A step applied unverified because the workload was not running, or judged on no samples."""
+    if report.outcome == "applied" and report.reason == AWAITING_WORKLOAD:
+        return True
+    return report.outcome == "inconclusive" and report.before is not None and (
+        not report.before.get("n") or not (report.after or {}).get("n"))
 
 
 WATCHED_STEP_INDEX = 1_000_000  # a record `tuned-rl watch` wrote: no step of the profile's plan

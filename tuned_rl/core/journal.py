@@ -88,6 +88,7 @@ class Applied:
     deferred: list = field(default_factory=list)  # tables whose step waits for the workload (watch applies them)
     deferred_results: list = field(default_factory=list)  # what watch made of them: {table, step, outcome, ...}
     reverted: list = field(default_factory=list)  # tables whose step was verified harmful: watch applies none of them
+    awaiting: list = field(default_factory=list)  # {table, step} applied unverified (no workload): watch verifies them
 
 
 @dataclass(frozen=True)

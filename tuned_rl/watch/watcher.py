@@ -121,10 +121,15 @@ class Watcher:
         if pid in self.forked_by and any(path.startswith("/tuned-rl-") for path in process.cgroups.values()):
             return True  # born into a placement tuned-rl made: its undo is journaled under the lock
         self.forked_by.pop(pid, None)
-        if self.applied.deferred and self._is_target(process):
+        if (self.applied.deferred or self.applied.awaiting) and self._is_target(process):
             return True
-        return any(not s.skip_reason and s.pending_changes and s.table not in self.applied.reverted
-                   for s in self.agent.plugins.plan_process(self.profile, host, process))
+        return any(self._in_force(s) for s in self.agent.plugins.plan_process(self.profile, host, process))
+
+    def _in_force(self, step) -> bool:
+        """Whether watch applies ``step``: it changes something, and its table's apply step is in
+        force (not verified harmful, not waiting for the workload: watch applies that one whole)."""
+        return (not step.skip_reason and bool(step.pending_changes) and step.table not in self.applied.reverted
+                and step.table not in self.applied.deferred)
 
     def rescan(self, why: str) -> None:
         """Consider every process (a backstop for lost events, and for what started before watch)."""
@@ -152,16 +157,28 @@ class Watcher:
             self.emit({"event": "deferred", "table": table, "pid": pid,
                        "reason": "the workload started: applying the step apply deferred, then verifying it"})
             report = self.agent.apply_deferred(self.profile, table, self.warm_up_seconds)
-            result = {"table": table, "at": round(time.time(), 3), "pid": pid}
-            if report is None:
-                result.update(outcome="unchanged", reason="nothing to change now")
-            else:
-                result.update(step=report.step, outcome=report.outcome, reason=report.reason,
-                              changes=len(report.changes), seconds=round(time.monotonic() - began, 1))
-                if report.before is not None:
-                    result.update(p999_without_us=report.before["p999_us"], p999_with_us=report.after["p999_us"])
+            result = _result(table, pid, report, began, "deferred")
             self.applied = dataclasses.replace(self.applied, deferred=[t for t in self.applied.deferred if t != table],
-                                               deferred_results=[*self.applied.deferred_results, result])
+                                               deferred_results=[*self.applied.deferred_results, result],
+                                               reverted=_reverted(self.applied.reverted, table, report))
+            self.agent.journal.begin(self.applied)
+            self.emit({"event": "verified", **result})
+
+    def _verify_awaiting(self, pid: int) -> None:
+        """The workload started: verify the steps apply wrote unverified while it was absent."""
+        began = time.monotonic()
+        awaiting = list(self.applied.awaiting)
+        self.emit({"event": "verifying", "steps": [a["step"] for a in awaiting], "pid": pid,
+                   "reason": f"the workload started: verifying {len(awaiting)} step(s) apply could not, after "
+                             f"{self.warm_up_seconds:g} s of warm-up"})
+        time.sleep(self.warm_up_seconds)
+        for entry, report in self.agent.verify_awaiting(self.profile, awaiting):
+            result = _result(entry["table"], pid, report, began, "unverified at apply")
+            result.setdefault("step", entry["step"])
+            self.applied = dataclasses.replace(
+                self.applied, awaiting=[a for a in self.applied.awaiting if a != entry],
+                deferred_results=[*self.applied.deferred_results, result],
+                reverted=_reverted(self.applied.reverted, entry["table"], report))
             self.agent.journal.begin(self.applied)
             self.emit({"event": "verified", **result})
 
@@ -197,8 +214,10 @@ class Watcher:
             self._adopt(process, parent)
         if self.applied.deferred and self._is_target(process):
             self._run_deferred(pid)
+        if self.applied.awaiting and self._is_target(process):
+            self._verify_awaiting(pid)
         for step in self.agent.plugins.plan_process(self.profile, host, process):
-            if step.skip_reason or not step.pending_changes or step.table in self.applied.reverted:
+            if not self._in_force(step):
                 continue
             owned = self._journaled(step)
             if owned:
@@ -227,6 +246,24 @@ class Watcher:
                        "pids": pids,
                        "changes": len(report.changes), "outcome": report.outcome,
                        "reaction_ms": round((time.monotonic_ns() - since_ns) / 1e6, 1)})
+
+
+def _result(table: str, pid: int, report, began: float, after: str) -> dict:
+    """What watch made of a step it verified, as status shows it (``after``: deferred, or unverified at apply)."""
+    result = {"table": table, "at": round(time.time(), 3), "pid": pid, "after": after}
+    if report is None:
+        return {**result, "outcome": "unchanged", "reason": "nothing to change now"}
+    result.update(step=report.step, outcome=report.outcome, reason=report.reason, changes=len(report.changes),
+                  seconds=round(time.monotonic() - began, 1))
+    if report.before is not None:
+        result.update(p999_without_us=report.before["p999_us"], p999_with_us=report.after["p999_us"],
+                      samples_without=report.before["n"], samples_with=report.after["n"])
+    return result
+
+
+def _reverted(reverted: list, table: str, report) -> list:
+    """The tables watch applies no rule of: a step verified harmful adds its table."""
+    return sorted({*reverted, table}) if report is not None and report.outcome == "reverted" else reverted
 
 
 def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
