@@ -130,7 +130,8 @@ def tuned_rl_plan(profile, host):
 @hookimpl
 def tuned_rl_plan_process(profile, host, process):
     """A process that started after the isolation was applied: one of the workload's goes into
-    the workload's cpuset with its pins; any other left in the root cpuset (v1) goes to the
+    the workload's cpuset with its pins (one placed already: the pins of threads it started or
+    renamed since); any other left in the root cpuset (v1) goes to the
     housekeeping one (most inherit it from their parent and need nothing). Nothing while the
     isolation is not in place (deferred until the workload runs, or reverted)."""
     table = profile.get("cpu_isolation")
@@ -144,12 +145,14 @@ def tuned_rl_plan_process(profile, host, process):
     where = process.cgroups.get(key, "/")
     target = profile.get("target")
     if target and not target.get("canary") and _is_workload(host, target, process):
-        if where == f"/{WORKLOAD}":
-            return None
-        step = Step("cpu_isolation", f"place the workload's new process pid {process.pid} ({process.comm})")
+        if where == f"/{WORKLOAD}":  # placed: a thread it started (or renamed) since may want its pin
+            step = Step("cpu_isolation", f"pin the threads of the workload's pid {process.pid} ({process.comm})")
+        else:
+            step = Step("cpu_isolation", f"place the workload's new process pid {process.pid} ({process.comm})")
         step.changes += pin_changes(host, [process], table.get("pin") or {}, step.notes)
-        step.changes.append(Change("process_cgroup", mount, where, f"/{WORKLOAD}", task=process.task))
-        return [step]
+        if where != f"/{WORKLOAD}":
+            step.changes.append(Change("process_cgroup", mount, where, f"/{WORKLOAD}", task=process.task))
+        return [step] if step.changes else None
     if v1 is None or where != "/" or process.fixed_affinity:
         return None
     step = Step("cpu_isolation", f"keep pid {process.pid} ({process.comm}) off the latency CPUs")

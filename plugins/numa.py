@@ -21,6 +21,9 @@ Two steps, each verified:
   on; the kernel's NUMA balancing may move them later. The plan lists each process's share of
   resident pages on the node before.
 
+`tuned-rl watch` binds each workload process that starts later the same way (its threads'
+affinity and its pages), while the running-processes step is in force.
+
 On a host with one NUMA node, or a virtual machine whose topology shows one (it may hide the
 real host's), the steps are skipped and say why: binding would change nothing.
 """
@@ -32,7 +35,7 @@ import re
 from tuned_rl import Change, Key, Kind, Problem, Step, Table, hookimpl
 from tuned_rl.host import format_cpu_list, parse_cpu_list
 from tuned_rl.host.numa import NumaError, node_of, page_shares, topology
-from tuned_rl.measure.targets import workload_for_step
+from tuned_rl.measure.targets import is_target_process, target_from_table, workload_for_step
 
 UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]+\.service$")
 DROP_IN = "tuned-rl-numa.conf"
@@ -169,6 +172,23 @@ def tuned_rl_plan(profile, host):
     return steps
 
 
+@hookimpl
+def tuned_rl_plan_process(profile, host, process):
+    """A workload process that started after the apply: bound to the node as the running-processes
+    step binds the others (each thread's affinity, its pages). Nothing on a one-node host."""
+    table, target = profile.get("numa"), profile.get("target")
+    if table is None or not table.get("running", True) or not target or target.get("canary") \
+            or process.kernel_thread:
+        return None
+    nodes = topology(host)
+    if len(nodes.nodes) < 2 or not is_target_process(host, target_from_table(target)[0], process):
+        return None
+    node = node_of(host, table)
+    step = Step("numa", f"bind the workload's new process pid {process.pid} ({process.comm}) to node {node}")
+    _plan_processes(host, step, [process], node, format_cpu_list(nodes.node_cpus(node)))
+    return [step]
+
+
 def drop_in_changes(host, unit: str, node: int, cpus: str, restart: bool = False) -> list[Change]:
     directory = f"/etc/systemd/system/{unit}.d"
     path = f"{directory}/{DROP_IN}"
@@ -183,7 +203,11 @@ def drop_in_changes(host, unit: str, node: int, cpus: str, restart: bool = False
 
 
 def _plan_running(host, step: Step, target_table: dict, node: int, cpus: str) -> None:
-    workload = workload_for_step(host, target_table, step)
+    _plan_processes(host, step, workload_for_step(host, target_table, step), node, cpus)
+
+
+def _plan_processes(host, step: Step, workload: list, node: int, cpus: str) -> None:
+    """Add to ``step`` each process's threads' affinity to ``cpus`` and its pages' move to ``node``."""
     for process in workload:
         for thread in host.threads(process.pid):
             step.changes.append(Change("affinity", "", thread.affinity, cpus, task=thread.task))

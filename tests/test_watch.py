@@ -11,6 +11,7 @@ from helpers import CgroupTreeHost
 from tuned_rl.core.agent import Agent
 from tuned_rl.core.journal import Journal
 from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.host.numa import page_shares
 from tuned_rl.host.processes import parse_cgroup_file
 from tuned_rl.watch import proc_events
 from tuned_rl.watch.proc_events import ProcEvent, parse
@@ -352,3 +353,112 @@ def test_a_step_someone_changed_before_the_workload_started_is_left_unverified(n
     assert verified["outcome"] == "left" and "someone changed" in verified["reason"]
     assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "800000"
     assert json.loads(cli("status", "--json")[1])["awaiting"] == []
+
+
+FIFO = '[target]\nname = "^model$"\n\n[sched_fifo]\n'
+
+
+def test_a_late_workload_process_loses_its_fifo_at_start_or_when_it_turns_real_time_later(node, cli, profile_file,
+                                                                                          state_dir, monkeypatch):
+    import json
+    from tuned_rl.watch import watcher
+    tree = node
+    tree.add_process(100, "model", (101,), policy=1, rt_priority=50, cmdline="python serve.py", cgroups=V1,
+                     start_time=5000)
+    [step] = json.loads(cli("apply", profile_file(FIFO), "--no-verify", "--json")[1])["steps"]
+    assert step["outcome"] == "applied" and tree.host.get_sched(tree.host.task(101)) == "SCHED_OTHER:0"
+    monkeypatch.setattr(watcher, "FOLLOW_UP_SECONDS", (0.0,))  # the follow-up plan due at once
+
+    def late_processes():
+        tree.add_process(110, "model", (111,), policy=1, rt_priority=40, cgroups=V1, start_time=9100)  # FIFO at exec
+        tree.add_process(120, "model", (121,), cgroups=V1, start_time=9200)  # SCHED_OTHER at exec ...
+        tree.add_process(130, "other", policy=1, rt_priority=40, cgroups=V1, start_time=9300)  # not the workload
+        return [ProcEvent("exec", 110, 110, 0), ProcEvent("exec", 120, 120, 0), ProcEvent("exec", 130, 130, 0)]
+
+    def turns_real_time():  # ... its thread turns FIFO during start-up: no process event says so
+        tree.host.set_sched(tree.host.task(121), "SCHED_FIFO:30")
+        return []
+    emitted = []
+    watch(tree, state_dir, [late_processes, turns_real_time, []], emitted)
+    placed = [e for e in emitted if e["event"] == "placed"]
+    assert [(e["pid"], e["plugin"], e["pids"]) for e in placed] == [(110, "sched_fifo", [110, 111]),
+                                                                     (120, "sched_fifo", [121])], emitted
+    for tid in (110, 111, 121):
+        assert tree.host.get_sched(tree.host.task(tid)) == "SCHED_OTHER:0"
+        assert tree.host.get_nice(tree.host.task(tid)) == "-20"
+    assert tree.host.get_sched(tree.host.task(130)) == "SCHED_FIFO:40"
+    assert cli("rollback")[0] == 0
+    assert tree.host.get_sched(tree.host.task(111)) == "SCHED_FIFO:40"
+    assert tree.host.get_sched(tree.host.task(121)) == "SCHED_FIFO:30" and tree.host.get_nice(tree.host.task(121)) == "0"
+    assert tree.host.get_sched(tree.host.task(101)) == "SCHED_FIFO:50"
+    assert tree.host.get_sched(tree.host.task(130)) == "SCHED_FIFO:40"
+
+
+def test_no_fifo_rule_while_the_step_waits_for_the_workload_or_after_it_was_reverted(node, cli, profile_file,
+                                                                                      state_dir):
+    import dataclasses
+    import shutil
+    tree = node
+    shutil.rmtree(tree.host.path("/proc/100"))
+    assert cli("apply", profile_file(FIFO), "--no-verify")[0] == 0
+    assert Journal(state_dir).applied().deferred == ["sched_fifo"]
+    journal = Journal(state_dir)
+    journal.begin(dataclasses.replace(journal.applied(), deferred=[], reverted=["sched_fifo"]))
+
+    def late_process():
+        tree.add_process(110, "model", (111,), policy=1, rt_priority=40, cgroups=V1, start_time=9100)
+        return [ProcEvent("exec", 110, 110, 0)]
+    emitted = []
+    watch(tree, state_dir, [late_process, []], emitted)
+    assert not [e for e in emitted if e["event"] == "placed"]
+    assert tree.host.get_sched(tree.host.task(111)) == "SCHED_FIFO:40"
+
+
+def test_a_late_workload_process_is_bound_to_the_numa_node_and_put_back(cgroup_tree_host, cli, profile_file,
+                                                                        state_dir):
+    from test_numa import MAPS, two_nodes  # noqa: F401 (the fixture's body, called below)
+    tree = two_nodes.__wrapped__(cgroup_tree_host)
+    tree.add_process(1, "systemd", ppid=0, start_time=1)
+    assert cli("apply", profile_file('[target]\nname = "^model$"\n\n[numa]\nnode = 1\n'), "--no-verify")[0] == 0
+    assert tree.host.process(101).affinity == "2-3"
+
+    def late_processes():
+        tree.add_process(110, "model", (111,), affinity="0-3", start_time=9100)
+        tree.set("/proc/110/numa_maps", MAPS)
+        tree.add_process(120, "cron", affinity="0-3", start_time=9200)
+        return [ProcEvent("exec", 110, 110, 0), ProcEvent("exec", 120, 120, 0)]
+    emitted = []
+    watch(tree, state_dir, [late_processes, []], emitted)
+    [placed] = [e for e in emitted if e["event"] == "placed"]
+    assert placed["pid"] == 110 and placed["plugin"] == "numa"
+    assert tree.host.process(111).affinity == "2-3" and tree.host.process(120).affinity == "0-3"
+    assert page_shares(tree.host, 110) == {1: 400}
+    assert cli("rollback")[0] == 0
+    assert tree.host.process(110).affinity == "0-3" and tree.host.process(111).affinity == "0-3"
+    assert tree.host.process(101).affinity == "0-3"
+
+
+def test_a_workload_thread_that_names_itself_after_the_placement_gets_its_pin(cgroup_tree_host, cli, profile_file,
+                                                                              state_dir):
+    from test_cpu_isolation import v1_host
+    tree = cgroup_tree_host
+    tree.set("/proc/cmdline", "root=/dev/vda1")
+    tree.set("/sys/devices/virtual/workqueue/cpumask", "3")
+    tree.set("/sys/devices/system/cpu/online", "0-3")
+    v1_host(tree)
+    tree.set("/sys/fs/cgroup/cpuset/cpuset.cpus", "0-3")
+    profile = ISOLATE.replace('"1"', '"1-3"') + '\n[cpu_isolation.pin]\n"^actor" = "2-3"\n'
+    assert cli("apply", profile_file(profile), "--no-verify")[0] == 0
+    affinity = tree.host.process(102).affinity
+    assert tree.host.process(101).affinity == "2" and affinity != "3"  # actor-0 pinned; io-0 not
+
+    def names_itself():  # pthread_setname_np: a comm event of the thread, not of the process
+        tree.set("/proc/100/task/102/stat", tree.get("/proc/100/task/102/stat").replace("(io-0)", "(actor-7)"))
+        tree.set("/proc/100/task/102/comm", "actor-7")
+        return [ProcEvent("comm", 102, 100, 0, comm="actor-7")]
+    emitted = []
+    watch(tree, state_dir, [names_itself, []], emitted)
+    assert [(e["pid"], e["plugin"], e["pids"]) for e in emitted if e["event"] == "placed"] == [
+        (100, "cpu_isolation", [102])], emitted
+    assert tree.host.process(102).affinity == "3" and tree.host.process(101).affinity == "2"
+    assert cli("rollback")[0] == 0 and tree.host.process(102).affinity == affinity

@@ -23,6 +23,9 @@ from tuned_rl.measure.targets import is_target_process, target_from_table
 from tuned_rl.profiles.loader import Profile, ProfileError, load_profile
 
 KINDS_THAT_MATTER = ("fork", "exec", "comm", "uid")
+# A workload process is planned again this long after it was first acted on: its start-up may
+# create the threads a pin names, or turn some real-time, and neither gives a process event.
+FOLLOW_UP_SECONDS = (1.0, 5.0)
 OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
 
 
@@ -54,6 +57,8 @@ class Watcher:
         self.pending: dict[int, int] = {}  # pid -> event timestamp (ns, CLOCK_MONOTONIC), not yet acted on
         self.forked_by: dict[int, int] = {}  # pid -> the process that forked it (from fork events)
         self.backed_off: set[int] = set()  # processes someone moved back after watch placed them
+        self.follow_ups: dict[int, list[float]] = {}  # workload pid -> when (time.monotonic) to plan it again
+        self.followed: dict[int, int] = {}  # workload pid -> its start time, once its follow-ups were set
 
     # -- the profile ------------------------------------------------------------
 
@@ -81,10 +86,21 @@ class Watcher:
     def note_events(self, events) -> None:
         for event in events:
             self.stats.events += 1
-            if event.kind in KINDS_THAT_MATTER and event.pid == event.tgid:  # a new thread inherits its placement
+            if event.kind not in KINDS_THAT_MATTER:
+                continue
+            if event.pid == event.tgid:
                 self.pending.setdefault(event.tgid, event.timestamp_ns)
                 if event.kind == "fork":
                     self.forked_by[event.tgid] = event.parent_tgid
+            elif event.kind == "comm":  # a thread named itself: a pin may name it (a new thread inherits the rest)
+                self.pending.setdefault(event.tgid, event.timestamp_ns)
+        now = time.monotonic()
+        for pid, due in list(self.follow_ups.items()):
+            if due and due[0] <= now:
+                self.pending.setdefault(pid, time.monotonic_ns())
+                due.pop(0)
+            if not due:
+                del self.follow_ups[pid]
 
     def act_on_pending(self) -> None:
         """Plan each pending process; take the lock only for those with something to do, and plan
@@ -121,7 +137,11 @@ class Watcher:
         if pid in self.forked_by and any(path.startswith("/tuned-rl-") for path in process.cgroups.values()):
             return True  # born into a placement tuned-rl made: its undo is journaled under the lock
         self.forked_by.pop(pid, None)
-        if (self.applied.deferred or self.applied.awaiting) and self._is_target(process):
+        is_target = self._is_target(process)
+        if is_target and self.followed.get(pid) != process.start_time:
+            self.followed[pid] = process.start_time
+            self.follow_ups[pid] = [time.monotonic() + s for s in FOLLOW_UP_SECONDS]
+        if (self.applied.deferred or self.applied.awaiting) and is_target:
             return True
         return any(self._in_force(s) for s in self.agent.plugins.plan_process(self.profile, host, process))
 
@@ -136,12 +156,15 @@ class Watcher:
         began = time.monotonic()
         self.stats.rescans += 1
         now = time.monotonic_ns()
-        for pid in self.agent.host.pids():
+        pids = self.agent.host.pids()
+        for pid in pids:
             if pid != os.getpid():
                 self.pending.setdefault(pid, now)
+        alive = set(pids)
+        self.followed = {pid: start for pid, start in self.followed.items() if pid in alive}
         before = self.stats.acted
         self.act_on_pending()
-        self.emit({"event": "rescanned", "why": why, "processes": len(self.agent.host.pids()),
+        self.emit({"event": "rescanned", "why": why, "processes": len(pids),
                    "acted": self.stats.acted - before, "seconds": round(time.monotonic() - began, 3)})
 
     def _is_target(self, process) -> bool:
