@@ -104,3 +104,61 @@ def test_a_step_applied_before_the_workload_started_is_verified_by_watch_on_it(s
     else:
         assert result.outcome in ("kept", "inconclusive") and result.value_after_verdict == "vm.stat_interval 10"
     assert result.restored and result.watch_exit == 0
+
+
+FIFO_WORKLOAD = """\
+import os, sys, threading, time
+def turn_real_time():
+    time.sleep(float(sys.argv[1]))
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))  # this thread only
+    time.sleep(60)
+threading.Thread(target=turn_real_time, name="rt-worker", daemon=True).start()
+time.sleep(60)
+"""
+
+
+def test_late_workload_processes_lose_their_fifo_at_start_and_when_a_thread_turns_real_time_later(tmp_path):
+    import json
+    import subprocess
+    import time
+    from lab import processes, rollback, start_watch, tuned_rl_json, wait_for
+    program = tmp_path / "fifo_workload.py"
+    program.write_text(FIFO_WORKLOAD)
+    marker = "tuned-rl-lab-fifo-wl"
+    command = [sys.executable, str(program)]
+
+    def policies(pid):
+        return {int(t): (os.sched_getscheduler(int(t)), os.getpriority(os.PRIO_PROCESS, int(t)))
+                for t in os.listdir(f"/proc/{pid}/task")}
+    profile = tmp_path / "fifo.toml"
+    profile.write_text(f'[target]\nname = "{marker}"\n\n[sched_fifo]\n')
+    events = []
+    with processes([[*command, "1000", marker]]):  # the workload at apply: nothing real-time yet
+        time.sleep(0.3)
+        [step] = tuned_rl_json(["apply", str(profile), "--no-verify"], tmp_path, 60)["steps"]
+        assert step["outcome"] == "skipped" and "no SCHED_FIFO" in step["reason"]
+        watch = start_watch(tmp_path, events)
+        try:
+            with processes([["chrt", "-f", "20", *command, "1000", marker],  # real-time from its exec
+                            [*command, "0.3", marker]]) as (at_exec, later):  # a thread turns FIFO after 0.3 s
+                wait_for(lambda: len(os.listdir(f"/proc/{at_exec.pid}/task")) == 2
+                         and len(os.listdir(f"/proc/{later.pid}/task")) == 2, 5, "the threads")
+                began = time.monotonic()
+                wait_for(lambda: all(p == (os.SCHED_OTHER, -20) for p in policies(at_exec.pid).values())
+                         and any(p == (os.SCHED_OTHER, -20) for p in policies(later.pid).values()), 8,
+                         "both processes' real-time threads as SCHED_OTHER at nice -20",
+                         lambda: f"{policies(at_exec.pid)} {policies(later.pid)} {events[-5:]}")
+                print(f"converted {time.monotonic() - began:.2f} s after both had their threads")
+                watch.terminate()
+                assert watch.wait(timeout=10) == 0
+                rollback(tmp_path)
+                assert all(p[0] == os.SCHED_FIFO for p in policies(at_exec.pid).values()), policies(at_exec.pid)
+                assert sorted(p[0] for p in policies(later.pid).values()) == [os.SCHED_OTHER, os.SCHED_FIFO]
+                assert all(p[1] == 0 for p in [*policies(at_exec.pid).values(), *policies(later.pid).values()])
+        finally:
+            if watch.poll() is None:
+                watch.kill()
+            subprocess.run([sys.executable, "-m", "tuned_rl.cli", "rollback"], env={**os.environ,
+                           "TUNED_RL_STATE_DIR": str(tmp_path)}, capture_output=True)
+    placed = [e for e in events if e["event"] == "placed"]
+    assert {e["plugin"] for e in placed} == {"sched_fifo"}, json.dumps(events)[-2000:]
