@@ -38,8 +38,9 @@ import os
 import re
 
 from tuned_rl import Change, CpuList, Key, Problem, Step, Table, ValueType, hookimpl
-from tuned_rl.core.kinds import cgroup_settings
+from tuned_rl.core.kinds import CgroupDir, cgroup_settings
 from tuned_rl.host import format_cpu_list, parse_cpu_list
+from tuned_rl.host.processes import parse_cgroup_file
 from tuned_rl.measure.targets import (TargetError, is_target_process, target_from_table, target_processes,
                                       unit_cgroup)
 
@@ -90,9 +91,86 @@ TABLE = Table(
 )
 
 
+INHERITED = "inherited "  # the offline cgroup's value keys that name what its jobs were set to, not files
+DEFAULTS = {"sched": "SCHED_OTHER:0", "nice": "0", "io": "none:0"}  # a task whose ancestors are all evicted
+
+
+class OfflineCgroup(CgroupDir):
+    """tuned-rl-offline: a ``cgroup_dir`` whose value also says what its jobs' threads were set to
+    (``"inherited sched": "SCHED_IDLE:0"``, ``"inherited nice"``, ``"inherited io"``: never files).
+
+    A job forked after its eviction has children born inside, at its policy, nice and I/O class;
+    `tuned-rl watch` journals their undo when it reads the fork, but a watch killed before that
+    leaves them in no record. So undo first gives each thread still inside that holds an evicted
+    value the value of the process it goes back to (its nearest ancestor outside; the kernel's
+    defaults if there is none), then moves it out and removes the cgroup as ``cgroup_dir`` does."""
+
+    name = "offline_cgroup"
+
+    def read(self, host, change):
+        if not host.is_dir(change.target):
+            return None
+        keys = {k for v in (change.before, change.after) if isinstance(v, dict) for k in v if not k.startswith(INHERITED)}
+        value = {k: host.read(f"{change.target}/{k}") for k in sorted(keys)}
+        value.update(_inherited(change.after))
+        return value
+
+    def write(self, host, change, value):
+        if value is None and host.is_dir(change.target):
+            _reset_inherited(host, change.target, _inherited(change.after))
+        super().write(host, change, None if value is None else {k: v for k, v in value.items()
+                                                                if not k.startswith(INHERITED)})
+
+    def show(self, value):
+        return super().show(None if value is None else {k: v for k, v in value.items() if not k.startswith(INHERITED)})
+
+
+def _inherited(value) -> dict:
+    return {k: v for k, v in value.items() if k.startswith(INHERITED)} if isinstance(value, dict) else {}
+
+
+def _reset_inherited(host, directory: str, inherited: dict) -> None:
+    """Give each thread in ``directory`` that holds an evicted value its ancestor's (see OfflineCgroup)."""
+    if not inherited:
+        return
+    mount = host.cgroup_mount(directory)
+    leaving = "/" + directory[len(mount.mount_point):].strip("/")
+    access = {"sched": (host.get_sched, host.set_sched), "nice": (host.get_nice, host.set_nice),
+              "io": (host.get_io_priority, host.set_io_priority)}
+    for tid in host.cgroup_tasks(directory, threads=True):
+        try:
+            task = host.task(tid)
+            ancestor = _ancestor_outside(host, tid, mount.key, leaving)
+            for key, evicted in inherited.items():
+                get, put = access[key[len(INHERITED):]]
+                if get(task) == evicted:
+                    put(task, get(ancestor.task) if ancestor is not None else DEFAULTS[key[len(INHERITED):]])
+        except (LookupError, OSError):
+            continue  # exited meanwhile (or refused): it still leaves the cgroup below
+
+
+def _ancestor_outside(host, tid: int, key: str, leaving: str):
+    """The nearest ancestor process of ``tid`` whose cgroup (of hierarchy ``key``) is not ``leaving``; None if none but PID 1."""
+    pid = tid
+    for _ in range(64):
+        ppid = host.process(pid).ppid
+        if ppid <= 1:
+            return None
+        parent = host.process(ppid)
+        if parent.cgroups.get(key) != leaving:
+            return parent
+        pid = ppid
+    return None
+
+
 @hookimpl
 def tuned_rl_tables():
     return [TABLE]
+
+
+@hookimpl
+def tuned_rl_change_kinds():
+    return [OfflineCgroup()]
 
 
 @hookimpl
@@ -161,7 +239,12 @@ def tuned_rl_plan_process(profile, host, process):
 def _plan_jobs(host, table: dict, step: Step, processes: list) -> None:
     """Add to ``step`` the changes that evict ``processes`` (or set its skip reason)."""
     if table.get("cgroup", True):
-        changes, reason = cgroup_changes(host, processes, table.get("cpus"))
+        inherited = {f"{INHERITED}sched": f"{table['policy']}:0"} if "policy" in table else {}
+        if "nice" in table:
+            inherited[f"{INHERITED}nice"] = str(table["nice"])
+        if "io_class" in table:
+            inherited[f"{INHERITED}io"] = IO_CLASSES[table["io_class"]]
+        changes, reason = cgroup_changes(host, processes, table.get("cpus"), inherited)
         if reason:
             step.skip_reason = reason
             return
@@ -180,17 +263,25 @@ def _plan_jobs(host, table: dict, step: Step, processes: list) -> None:
                 step.changes.append(Change("io_priority", "", before, IO_CLASSES[table["io_class"]], task=thread.task))
 
 
+def _offline_cgroup(host, directory: str, settings: dict, inherited: dict | None) -> Change:
+    before = cgroup_settings(host, directory, list(settings))
+    if before is not None:  # it is there already (an earlier record made it): its settings alone
+        return Change("cgroup_dir", directory, before, settings)
+    return Change("offline_cgroup", directory, None, {**settings, **(inherited or {})})
+
+
 def _forked_by_evicted_job(host, process) -> str | None:
     """Why a process that no matcher names is a job all the same: its parent is in the offline
     cgroup. A child forked while its parent was being moved can miss the move, and may have exec'd
     another program by the time it is seen."""
-    try:
-        parent = host.process(process.ppid)
-    except LookupError:
+    if not any(path != f"/{OFFLINE}" for path in process.cgroups.values()) or process.ppid <= 1:
         return None
-    if any(path == f"/{OFFLINE}" for path in parent.cgroups.values()) and any(
-            path != f"/{OFFLINE}" for path in process.cgroups.values()):
-        return f"forked by pid {parent.pid} ({parent.comm}), an evicted job"
+    try:  # the parent's cgroups alone: asked of every process on each rescan of /proc
+        parent_cgroups = parse_cgroup_file(host.read_proc(f"{int(process.ppid)}/cgroup"))
+    except OSError:
+        return None
+    if any(path == f"/{OFFLINE}" for path in parent_cgroups.values()):
+        return f"forked by pid {process.ppid}, an evicted job"
     return None
 
 
@@ -283,8 +374,10 @@ def _matches(user_name, process, matcher: dict, units: dict) -> str | None:
     return ", ".join(reasons)
 
 
-def cgroup_changes(host, processes: list, cpus: str | None) -> tuple[list[Change], str | None]:
-    """Changes creating tuned-rl-offline (and its cpuset) and moving ``processes`` in; or a skip reason."""
+def cgroup_changes(host, processes: list, cpus: str | None, inherited: dict | None = None
+                   ) -> tuple[list[Change], str | None]:
+    """Changes creating tuned-rl-offline (and its cpuset) and moving ``processes`` in; or a skip reason.
+    ``inherited``: what the jobs' threads are set to (OfflineCgroup), kept in the cpu cgroup's value."""
     changes, moves = [], []
     cpu_v1 = host.cgroup_v1_mount("cpu")
     v2 = next((m.mount_point for m in host.cgroup_mounts() if m.version == 2
@@ -295,7 +388,7 @@ def cgroup_changes(host, processes: list, cpus: str | None) -> tuple[list[Change
         # preempts its tasks at once, and its weight becomes the kernel's minimum (3; cpu.shares then
         # reads 3 and refuses writes). Without it, cpu.shares 2: a low weight, but no such preemption.
         settings = {"cpu.idle": "1"} if host.exists(f"{cpu_v1}/cpu.idle") else {"cpu.shares": "2"}
-        changes.append(Change("cgroup_dir", directory, cgroup_settings(host, directory, list(settings)), settings))
+        changes.append(_offline_cgroup(host, directory, settings, inherited))
         moves.append((cpu_v1, host.cgroup_mount(cpu_v1).key))
         if cpus is not None:
             cpuset = host.cgroup_v1_mount("cpuset")
@@ -314,8 +407,7 @@ def cgroup_changes(host, processes: list, cpus: str | None) -> tuple[list[Change
             if "cpuset" not in _read_words(host, f"{v2}/cgroup.subtree_control"):
                 return [], f"cpus needs the cpuset controller enabled below the root ({v2}/cgroup.subtree_control)"
             settings["cpuset.cpus"] = format_cpu_list(parse_cpu_list(cpus))
-        changes.append(Change("cgroup_dir", f"{v2}/{OFFLINE}", cgroup_settings(host, f"{v2}/{OFFLINE}", list(settings)),
-                              settings))
+        changes.append(_offline_cgroup(host, f"{v2}/{OFFLINE}", settings, inherited))
         moves.append((v2, ""))
     else:
         return [], "no cpu cgroup controller on this host (neither v1 cpu nor v2 with cpu enabled)"

@@ -225,6 +225,18 @@ class CgroupTreeHost(Host):
             return self._move(target.rsplit("/", 1)[0], int(value), whole_process=name == "cgroup.procs")
         return super().write(target, value)
 
+    def cgroup_tasks(self, directory, threads=True):
+        """The tasks whose /proc/<pid>/task/<tid>/cgroup line names ``directory``, as the kernel lists them."""
+        from tuned_rl.host.processes import parse_cgroup_file
+        mount = self.cgroup_mount(directory)
+        relative = "/" + directory[len(mount.mount_point):].strip("/")
+        found = []
+        for cgroup in sorted(self.path("/proc").glob("[0-9]*/task/[0-9]*/cgroup")):
+            pid, tid = int(cgroup.parent.parent.parent.name), int(cgroup.parent.name)
+            if parse_cgroup_file(cgroup.read_text()).get(mount.key) == relative and (threads or tid == pid):
+                found.append(tid)
+        return found
+
     def _in_cgroups(self, target) -> bool:
         try:
             self.cgroup_mount(target)

@@ -56,3 +56,14 @@ def test_apply_at_boot_sets_the_last_boots_journal_aside_and_applies_afresh(tree
     assert any("earlier boot" in note for note in report["notes"]), report["notes"]
     assert tree.get(RT) == "900000" and list((state_dir / "stale").iterdir())
     assert cli("rollback")[0] == 0 and tree.get(RT) == "950000"  # this boot's value, not the last boot's
+
+
+def test_a_failed_watch_is_started_again_a_few_times_then_left_failed():
+    unit = {}
+    for line in UNIT.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith("#"):
+            unit[key] = value
+    assert unit["Restart"] == "on-failure" and unit["RestartSec"] == "10s"
+    assert unit["StartLimitBurst"] == "3" and unit["StartLimitIntervalSec"] == "10min"
+    assert unit["ExecStart"] == "/usr/bin/tuned-rl watch"  # exit 0 (stopped, or rolled back): not restarted

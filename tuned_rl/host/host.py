@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -14,7 +15,7 @@ from tuned_rl.host.cpus import format_cpu_list, parse_cpu_list
 from tuned_rl.host.syscalls import syscall
 from tuned_rl.host.untrusted import printable
 from tuned_rl.host.processes import (ProcessInfo, ProcessVanished, parse_cgroup_file, parse_stat, read_cmdline,
-                                     read_process)
+                                     read_process, read_signature)
 
 SCHED_POLICIES = {
     "SCHED_OTHER": os.SCHED_OTHER,
@@ -79,6 +80,9 @@ class Host:
     Scheduling calls (policy, affinity) act on the live kernel whatever the
     root, but task identity is still read from ``<root>/proc``.
     """
+
+    _mounts_holders = 0  # mounts_held() blocks open
+    _mounts_memo: list | None = None
 
     def __init__(self, root: str | os.PathLike = "/"):
         self.root = Path(root)
@@ -270,8 +274,27 @@ class Host:
 
     # -- cgroups -------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def mounts_held(self):
+        """Within the block, read /proc/self/mounts once: for a pass over thousands of processes
+        (`tuned-rl watch`'s rescan), in which nothing is mounted."""
+        self._mounts_holders += 1
+        try:
+            yield
+        finally:
+            self._mounts_holders -= 1
+            if not self._mounts_holders:
+                self._mounts_memo = None
+
     def mounts(self) -> list[tuple[str, str, list[str]]]:
         """(mount point, filesystem type, options) for each line of /proc/self/mounts."""
+        if self._mounts_holders:
+            if self._mounts_memo is None:
+                self._mounts_memo = self._read_mounts()
+            return self._mounts_memo
+        return self._read_mounts()
+
+    def _read_mounts(self) -> list[tuple[str, str, list[str]]]:
         rows = []
         for line in self.read("/proc/self/mounts").splitlines():
             fields = line.split()
@@ -418,6 +441,13 @@ class Host:
         """What tuned-rl knows of one process or thread; raises TaskGone if it is gone."""
         try:
             return read_process(self, pid)
+        except ProcessVanished as err:
+            raise TaskGone(str(err)) from err
+
+    def process_signature(self, pid: int) -> bytes:
+        """:func:`tuned_rl.host.processes.read_signature`; raises TaskGone if it is gone."""
+        try:
+            return read_signature(self, pid)
         except ProcessVanished as err:
             raise TaskGone(str(err)) from err
 

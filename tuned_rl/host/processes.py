@@ -12,6 +12,7 @@ setters act on a bare pid. What it would parse here is three files.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -110,18 +111,63 @@ def read_process(host: "Host", pid: int, tgid: int | None = None, cmdline: str |
     )
 
 
+def read_signature(host: "Host", pid: int) -> bytes:
+    """What the rules of tuned-rl's plugins read of one process, as raw bytes: its comm and start
+    time (stat), its user ids and allowed CPUs (status), its cgroups, and the start of its command
+    line. Equal signatures: nothing a rule depends on changed, so a rescan need not plan it again.
+    Raises ProcessVanished."""
+    from tuned_rl.host.host import CMDLINE_LIMIT
+    base = f"/proc/{int(pid)}"
+    # One read() of each: a short read only makes the signature differ, and the process planned.
+    read = _read_once if host.is_live else host.read_prefix
+    try:
+        stat = read(f"{base}/stat", 4096)
+        status = read(f"{base}/status", 1 << 16)
+        cgroup = read(f"{base}/cgroup", 1 << 16)
+        cmdline = read(f"{base}/cmdline", CMDLINE_LIMIT)
+    except (FileNotFoundError, ProcessLookupError) as err:
+        raise ProcessVanished(f"pid {pid} has exited") from err
+    close = stat.rfind(b")")
+    fields = stat[close + 2:].split(b" ", 20)
+    start_time = fields[19] if len(fields) > 19 else b""
+    return b"\0".join((stat[:close + 1], start_time, _status_line(status, b"\nUid:"),
+                       _status_line(status, b"\nCpus_allowed_list:"), cgroup, cmdline))
+
+
+def _read_once(path: str, limit: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def _status_line(status: bytes, key: bytes) -> bytes:
+    start = status.find(key)
+    return status[start:status.find(b"\n", start + 1)] if start >= 0 else b""
+
+
 def parse_cgroup_file(text: str) -> dict[str, str]:
     """/proc/<pid>/cgroup as {hierarchy key: path}: "cpu,cpuacct" for v1, "" for v2, "name=systemd"."""
     rows = {}
     for line in text.splitlines():
+        if not line:
+            continue
         _, controllers, path = line.split(":", 2)
         rows[controllers] = path
     return rows
 
 
+STATUS_KEYS = ("Tgid", "Uid", "Cpus_allowed_list")
+
+
 def _status(text: str) -> dict[str, str]:
+    """The keys of /proc/<pid>/status that tuned-rl reads (found, not every line parsed: a rescan
+    reads thousands of these)."""
     rows = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        rows[key] = value.strip()
+    for key in STATUS_KEYS:
+        start = text.find(f"\n{key}:") + 1 if not text.startswith(f"{key}:") else 0
+        if start > 0 or text.startswith(f"{key}:"):
+            end = text.find("\n", start)
+            rows[key] = text[start + len(key) + 1:end if end >= 0 else len(text)].strip()
     return rows

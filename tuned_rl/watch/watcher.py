@@ -23,9 +23,13 @@ from tuned_rl.measure.targets import is_target_process, target_from_table
 from tuned_rl.profiles.loader import Profile, ProfileError, load_profile
 
 KINDS_THAT_MATTER = ("fork", "exec", "comm", "uid")
+POLICY_KINDS = ("sched", "nice", "io_priority")  # what a child inherits from its parent at fork
 # A workload process is planned again this long after it was first acted on: its start-up may
 # create the threads a pin names, or turn some real-time, and neither gives a process event.
 FOLLOW_UP_SECONDS = (1.0, 5.0)
+# Periodic rescans are spaced so that they cost at most this share of one CPU: on a node of 8,000
+# processes a rescan reads 32,000 /proc files, and watch's idle cost must stay small.
+RESCAN_CPU_BUDGET = 0.0025
 OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
 
 
@@ -56,9 +60,15 @@ class Watcher:
         self.profile: Profile | None = None
         self.pending: dict[int, int] = {}  # pid -> event timestamp (ns, CLOCK_MONOTONIC), not yet acted on
         self.forked_by: dict[int, int] = {}  # pid -> the process that forked it (from fork events)
+        # Processes with a policy, nice or I/O class journaled: a child inherits these, and no cgroup's
+        # removal puts them back, so its undo is journaled too. (A child born into a cgroup tuned-rl
+        # made needs none for that: the cgroup's removal moves it to where its parent is by then.)
+        self.policy_parents: set[int] = set()
         self.backed_off: set[int] = set()  # processes someone moved back after watch placed them
         self.follow_ups: dict[int, list[float]] = {}  # workload pid -> when (time.monotonic) to plan it again
         self.followed: dict[int, int] = {}  # workload pid -> its start time, once its follow-ups were set
+        self.unchanged: dict[int, bytes] = {}  # pid -> its signature when it was last found to need nothing
+        self.next_rescan_in = rescan_seconds
 
     # -- the profile ------------------------------------------------------------
 
@@ -78,6 +88,8 @@ class Watcher:
             if problems:
                 raise NothingApplied(f"{applied.path} no longer validates: {problems[0]}")
             self.applied, self.profile = applied, profile
+            self.unchanged.clear()  # another profile: every process is judged afresh
+            self._note_journaled(r.changes for r in self.agent.journal.records())
             self.emit({"event": "watching", "profile": profile.name, "path": applied.path})
         return True
 
@@ -107,6 +119,10 @@ class Watcher:
         them again under it (the journal may have changed). Those the lock kept waiting stay pending."""
         if not self.pending:
             return
+        with self.agent.host.mounts_held():  # thousands of processes, each asking where cgroups are
+            self._act_on_pending()
+
+    def _act_on_pending(self) -> None:
         work = []
         for pid, since in sorted(self.pending.items(), key=lambda item: item[1]):
             del self.pending[pid]
@@ -125,25 +141,33 @@ class Watcher:
                 self.pending.setdefault(pid, since)
 
     def _needs_acting(self, pid: int) -> bool:
-        """Whether anything may be done for ``pid``: read-only, no lock (most processes need nothing)."""
+        """Whether anything may be done for ``pid``: read-only, no lock (most processes need nothing).
+        A process found to need nothing is remembered by its signature, which a rescan compares."""
         host = self.agent.host
+        self.unchanged.pop(pid, None)
         try:
+            signature = host.process_signature(pid)
             process = host.process(pid)
         except TaskGone:
             self.forked_by.pop(pid, None)
             return False
         if process.tgid != pid or process.kernel_thread:
+            self.unchanged[pid] = signature
             return False
-        if pid in self.forked_by and any(path.startswith("/tuned-rl-") for path in process.cgroups.values()):
-            return True  # born into a placement tuned-rl made: its undo is journaled under the lock
+        if self.forked_by.get(pid) in self.policy_parents:
+            return True  # born with a policy tuned-rl set on its parent: its undo is journaled under the lock
         self.forked_by.pop(pid, None)
-        is_target = self._is_target(process)
-        if is_target and self.followed.get(pid) != process.start_time:
-            self.followed[pid] = process.start_time
-            self.follow_ups[pid] = [time.monotonic() + s for s in FOLLOW_UP_SECONDS]
-        if (self.applied.deferred or self.applied.awaiting) and is_target:
+        if self._is_target(process):  # planned on every rescan: no signature kept
+            if self.followed.get(pid) != process.start_time:
+                self.followed[pid] = process.start_time
+                self.follow_ups[pid] = [time.monotonic() + s for s in FOLLOW_UP_SECONDS]
+            if self.applied.deferred or self.applied.awaiting:
+                return True
+            return any(self._in_force(s) for s in self.agent.plugins.plan_process(self.profile, host, process))
+        if any(self._in_force(s) for s in self.agent.plugins.plan_process(self.profile, host, process)):
             return True
-        return any(self._in_force(s) for s in self.agent.plugins.plan_process(self.profile, host, process))
+        self.unchanged[pid] = signature
+        return False
 
     def _in_force(self, step) -> bool:
         """Whether watch applies ``step``: it changes something, and its table's apply step is in
@@ -152,20 +176,42 @@ class Watcher:
                 and step.table not in self.applied.deferred)
 
     def rescan(self, why: str) -> None:
-        """Consider every process (a backstop for lost events, and for what started before watch)."""
-        began = time.monotonic()
+        """Consider every process (a backstop for lost events, and for what started before watch):
+        each one whose signature differs from when it was last found to need nothing (a new
+        process, an exec, a rename, another user or cgroup) is planned. The next periodic rescan is
+        due ``next_rescan_in`` seconds later: ``rescan_seconds``, or more where this one cost more
+        than RESCAN_CPU_BUDGET of a CPU over that time."""
+        began, cpu_began = time.monotonic(), time.process_time()
         self.stats.rescans += 1
         now = time.monotonic_ns()
-        pids = self.agent.host.pids()
-        for pid in pids:
-            if pid != os.getpid():
-                self.pending.setdefault(pid, now)
+        host = self.agent.host
+        pids = host.pids()
         alive = set(pids)
+        self.unchanged = {pid: s for pid, s in self.unchanged.items() if pid in alive}
         self.followed = {pid: start for pid, start in self.followed.items() if pid in alive}
+        self.policy_parents &= alive
+        skipped = 0
+        for pid in pids:
+            if pid == os.getpid() or pid in self.pending:
+                continue
+            known = self.unchanged.get(pid)
+            if known is not None:
+                try:
+                    if host.process_signature(pid) == known:
+                        skipped += 1
+                        continue
+                except TaskGone:
+                    continue
+            self.pending[pid] = now
         before = self.stats.acted
         self.act_on_pending()
-        self.emit({"event": "rescanned", "why": why, "processes": len(pids),
-                   "acted": self.stats.acted - before, "seconds": round(time.monotonic() - began, 3)})
+        cpu = time.process_time() - cpu_began
+        # Spaced by what a rescan of known processes costs: the first one, which plans every process,
+        # is no measure of the next.
+        self.next_rescan_in = max(self.rescan_seconds, cpu / RESCAN_CPU_BUDGET if skipped else 0.0)
+        self.emit({"event": "rescanned", "why": why, "processes": len(pids), "unchanged": skipped,
+                   "acted": self.stats.acted - before, "seconds": round(time.monotonic() - began, 3),
+                   "cpu_seconds": round(cpu, 3), "next_periodic_s": round(self.next_rescan_in, 1)})
 
     def _is_target(self, process) -> bool:
         table = self.profile.get("target")
@@ -185,6 +231,8 @@ class Watcher:
                                                deferred_results=[*self.applied.deferred_results, result],
                                                reverted=_reverted(self.applied.reverted, table, report))
             self.agent.journal.begin(self.applied)
+            self.unchanged.clear()  # the step changed what other processes need
+            self._note_journaled(r.changes for r in self.agent.journal.records())
             self.emit({"event": "verified", **result})
 
     def _verify_awaiting(self, pid: int) -> None:
@@ -203,7 +251,14 @@ class Watcher:
                 deferred_results=[*self.applied.deferred_results, result],
                 reverted=_reverted(self.applied.reverted, entry["table"], report))
             self.agent.journal.begin(self.applied)
+            self.unchanged.clear()
+            self._note_journaled(r.changes for r in self.agent.journal.records())
             self.emit({"event": "verified", **result})
+
+    def _note_journaled(self, change_lists) -> None:
+        """Add to ``policy_parents`` the processes whose policy, nice or I/O class these changes set."""
+        for changes in change_lists:
+            self.policy_parents.update(c.task.pid for c in changes if c.task is not None and c.kind in POLICY_KINDS)
 
     def _journaled(self, step) -> list[str]:
         """The step's pending changes whose value tuned-rl already set once (a journaled record
@@ -220,6 +275,7 @@ class Watcher:
         if parent.tgid != parent_pid or parent.start_time > process.start_time:
             return  # the pid is another process's now
         adopted = self.agent.adopt_inherited(process, parent)
+        self._note_journaled([adopted])
         if adopted:
             self.emit({"event": "inherited", "pid": process.pid, "comm": printable(process.comm),
                        "parent": parent_pid, "changes": len(adopted)})
@@ -233,7 +289,7 @@ class Watcher:
         if process.tgid != pid or process.kernel_thread:
             return
         parent = self.forked_by.pop(pid, None)
-        if parent is not None:
+        if parent in self.policy_parents:
             self._adopt(process, parent)
         if self.applied.deferred and self._is_target(process):
             self._run_deferred(pid)
@@ -264,6 +320,7 @@ class Watcher:
                                "reason": report.reason})
                 continue
             self.stats.acted += 1
+            self._note_journaled([step.pending_changes])
             self.emit({"event": OUTCOME_EVENTS.get(step.table, "placed"), "pid": pid,
                        "comm": printable(process.comm), "step": step.title, "plugin": step.table,
                        "pids": pids,
@@ -296,7 +353,7 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
     lost_seen = source.lost
     try:
         watcher.rescan("start")  # what started between the apply and now
-        next_rescan = time.monotonic() + watcher.rescan_seconds
+        next_rescan = time.monotonic() + watcher.next_rescan_in
         next_check = time.monotonic()
         while not stopping():
             watcher.note_events(source.read(timeout=min(1.0, max(0.0, next_rescan - time.monotonic()))))
@@ -305,7 +362,7 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
                 watcher.emit({"event": "lost", "overflows": source.lost - lost_seen, "total": source.lost})
                 lost_seen = source.lost
                 watcher.rescan("events were lost")
-                next_rescan = time.monotonic() + watcher.rescan_seconds
+                next_rescan = time.monotonic() + watcher.next_rescan_in
                 continue
             if time.monotonic() >= next_check:  # a rollback, or another apply, since: at most a second ago
                 if not watcher.load_applied():
@@ -314,7 +371,7 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
             watcher.act_on_pending()
             if time.monotonic() >= next_rescan:
                 watcher.rescan("periodic")
-                next_rescan = time.monotonic() + watcher.rescan_seconds
+                next_rescan = time.monotonic() + watcher.next_rescan_in
     except NothingApplied as err:
         watcher.emit({"event": "stopped", "reason": str(err)})
         return 0
