@@ -12,7 +12,7 @@ else off it, jobs matched by a marker that no sleeper has):
    profile: the first (every process planned), then ``--runs`` more (each process's signature
    compared, only the changed ones planned: the rescan after lost events, and the periodic one);
 4. **watch idle**: `tuned-rl watch --json` after the apply; its start rescan, when its next
-   periodic rescan is due (spaced so that rescans cost at most 0.25% of a CPU), and its CPU time
+   periodic rescan is due (spaced so that rescans cost at most 0.2% of a CPU), and its CPU time
    over ``--idle-seconds`` with nothing starting, as a share of one CPU.
 
 Then rollback; every sleeper is back where it was (its cpuset compared with the start).

@@ -59,6 +59,19 @@ def test_a_name_target_matches_the_command_line_but_never_tuned_rl_itself(named_
     assert named_process.pid in tids and os.getpid() not in tids
 
 
+def test_a_tuned_rl_command_naming_the_target_is_never_part_of_it(tree):
+    from tuned_rl.measure.targets import is_target_process, name_matches
+    tree.add_process(300, "llm-server", cmdline="/opt/llm-server --port 8000")
+    tree.add_process(310, "python3", cmdline="/usr/bin/python3 -m tuned_rl.cli measure --target name:llm-server")
+    tree.add_process(320, "tuned-rl", cmdline="/usr/bin/python3 /usr/bin/tuned-rl diagnose --target name:llm-server")
+    tree.add_process(330, "tuned-rl", cmdline="tuned-rl measure --target name:llm-server")
+    tree.add_process(340, "python3", cmdline="python3 serve.py --model llm-server")  # the workload too
+    target = Target("name", "llm-server")
+    assert name_matches(tree.host, target)[0] == [300, 340]
+    assert [pid for pid in (300, 310, 320, 330, 340) if is_target_process(tree.host, target, tree.host.process(pid))] \
+        == [300, 340]
+
+
 def test_a_cgroup_target_reads_its_tasks(tree):
     directory = tree.cgroup("rl")
     tree.set(f"{directory}/tasks", "10\n11\n")

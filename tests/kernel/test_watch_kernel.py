@@ -162,3 +162,54 @@ def test_late_workload_processes_lose_their_fifo_at_start_and_when_a_thread_turn
                            "TUNED_RL_STATE_DIR": str(tmp_path)}, capture_output=True)
     placed = [e for e in events if e["event"] == "placed"]
     assert {e["plugin"] for e in placed} == {"sched_fifo"}, json.dumps(events)[-2000:]
+
+
+def test_events_the_kernel_drops_are_counted_and_the_rescan_finds_the_job_they_hid(tmp_path):
+    import signal
+    import socket
+    import subprocess
+    import time
+    from lab import apply_profile, rollback
+    from tuned_rl.core.agent import Agent
+    from tuned_rl.core.journal import Journal
+    from tuned_rl.core.plugin_host import load_plugins
+    from tuned_rl.watch.proc_events import ProcEventSource
+    from tuned_rl.watch.watcher import Watcher, run
+    marker = "tuned-rl-lab-overflow-job"
+    apply_profile(f'[offline_eviction]\npolicy = "SCHED_IDLE"\n\n[[offline_eviction.match]]\ncmdline = "{marker}"\n',
+                  tmp_path)
+    events: list[dict] = []
+    job = None
+    try:
+        with ProcEventSource() as source:
+            source.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # the kernel's minimum: a few events
+            watcher = Watcher(Agent(load_plugins(), Host(), Journal(tmp_path)), events.append, rescan_seconds=3600)
+            deadline = time.monotonic() + 30
+            started = []
+
+            def stopping():  # asked first after watch's start rescan: then, while it does not read, ...
+                if not started:
+                    for _ in range(200):  # ... a storm fills the socket, and the job's events find it full
+                        subprocess.run(["/bin/true"])
+                    # Started through a shell that exits at once: a child of this process would be
+                    # tuned-rl's own (watch runs here), which no rule touches.
+                    spawn = subprocess.run(["sh", "-c", f'{sys.executable} -c "import time; time.sleep(60)" {marker} '
+                                            '>/dev/null 2>&1 & echo $!'], capture_output=True, text=True, check=True)
+                    started.append(int(spawn.stdout))
+                    time.sleep(0.2)
+                return any(e["event"] == "evicted" for e in events) or time.monotonic() > deadline
+            run(watcher, source, stopping)
+            job = started[0]
+        kinds = [e["event"] for e in events]
+        assert "lost" in kinds and watcher.stats.lost >= 1, kinds
+        [evicted] = [e for e in events if e["event"] == "evicted"]
+        assert evicted["pid"] == job
+        rescans = [e["why"] for e in events if e["event"] == "rescanned"]
+        assert rescans[:2] == ["start", "events were lost"] and kinds.index("lost") < kinds.index("evicted"), kinds
+        assert os.sched_getscheduler(job) == os.SCHED_IDLE
+        rollback(tmp_path)
+        assert os.sched_getscheduler(job) == os.SCHED_OTHER
+    finally:
+        if job is not None:
+            os.kill(job, signal.SIGKILL)
+        rollback(tmp_path)

@@ -171,7 +171,7 @@ def is_target_process(host: Host, target: Target, process) -> bool:
         if process.pid == os.getpid():
             return False
         pattern = re.compile(target.value)
-        if not (pattern.search(process.comm) or pattern.search(process.cmdline)):
+        if not (pattern.search(process.comm) or pattern.search(process.cmdline)) or is_tuned_rl_command(process.cmdline):
             return False
         return _runs_as(process.uids, _allowed_uids(host, target))
     try:
@@ -228,10 +228,22 @@ def user_id(host: Host, user: str) -> int | None:
     return 0 if user == "root" else host.user_id(user)
 
 
+def is_tuned_rl_command(cmdline: str) -> bool:
+    """Whether a command line runs tuned-rl (``tuned-rl ...``, ``python3 -m tuned_rl.cli ...``): a
+    `tuned-rl measure --target name:X` holds X, but is never part of the target X (`tuned-rl watch`
+    would place it on the workload's CPUs). Passing for tuned-rl only keeps a process out of a target."""
+    words = cmdline.split(" ", 3) + ["", ""]
+    if os.path.basename(words[0]) == "tuned-rl":
+        return True
+    return os.path.basename(words[0]).startswith("python") and (
+        os.path.basename(words[1]) == "tuned-rl" or words[1:3] == ["-m", "tuned_rl.cli"])
+
+
 def name_matches(host: Host, target: Target) -> tuple[list[int], list[tuple[int, str, int]]]:
     """(the pids a name target matches, its look-alikes): processes whose comm or command line
     match, split by whether every user id of theirs is one of the target's users. A look-alike is
-    (pid, comm, real uid). tuned-rl itself is neither (its command line holds the pattern)."""
+    (pid, comm, real uid). tuned-rl itself is neither (its command line holds the pattern), nor is
+    any tuned-rl command (is_tuned_rl_command)."""
     pattern = re.compile(target.value)
     allowed = _allowed_uids(host, target)
     matched, lookalikes = [], []
@@ -240,7 +252,7 @@ def name_matches(host: Host, target: Target) -> tuple[list[int], list[tuple[int,
             continue
         try:
             comm, cmdline = host.process_names(pid)  # not host.process(): this runs for every pid, every rescan
-            if not (pattern.search(comm) or pattern.search(cmdline)):
+            if not (pattern.search(comm) or pattern.search(cmdline)) or is_tuned_rl_command(cmdline):
                 continue
             uids = host.process_uids(pid)
         except TaskGone:
