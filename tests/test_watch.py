@@ -229,10 +229,9 @@ def test_a_step_deferred_at_apply_is_applied_when_the_workload_starts_and_rolled
     assert not tree.host.exists(f"{CPUSET}/tuned-rl-workload")
 
 
-def test_after_isolation_a_new_workload_process_is_placed_with_its_pins_and_others_kept_off(cgroup_tree_host, cli,
-                                                                                           profile_file, state_dir):
-    from test_cpu_isolation import v1_host, cgroup_of
-    tree = cgroup_tree_host
+def isolated_with_pins(tree, cli, profile_file):
+    """A 4-CPU v1 tree with CPUs 1-3 isolated for the workload, threads named ^actor pinned to 2-3."""
+    from test_cpu_isolation import v1_host
     tree.set("/proc/cmdline", "root=/dev/vda1")
     tree.set("/sys/devices/virtual/workqueue/cpumask", "3")
     tree.set("/sys/devices/system/cpu/online", "0-3")
@@ -240,6 +239,13 @@ def test_after_isolation_a_new_workload_process_is_placed_with_its_pins_and_othe
     tree.set("/sys/fs/cgroup/cpuset/cpuset.cpus", "0-3")
     profile = ISOLATE.replace('"1"', '"1-3"') + '\n[cpu_isolation.pin]\n"^actor" = "2-3"\n'
     assert cli("apply", profile_file(profile), "--no-verify")[0] == 0
+    return tree
+
+
+def test_after_isolation_a_new_workload_process_is_placed_with_its_pins_and_others_kept_off(cgroup_tree_host, cli,
+                                                                                           profile_file, state_dir):
+    from test_cpu_isolation import cgroup_of
+    tree = isolated_with_pins(cgroup_tree_host, cli, profile_file)
 
     def late_processes():
         tree.add_process(110, "model", (111,), cgroups={"cpu": "/", "cpuset": "/tuned-rl-housekeeping"}, start_time=9100)
@@ -440,15 +446,7 @@ def test_a_late_workload_process_is_bound_to_the_numa_node_and_put_back(cgroup_t
 
 def test_a_workload_thread_that_names_itself_after_the_placement_gets_its_pin(cgroup_tree_host, cli, profile_file,
                                                                               state_dir):
-    from test_cpu_isolation import v1_host
-    tree = cgroup_tree_host
-    tree.set("/proc/cmdline", "root=/dev/vda1")
-    tree.set("/sys/devices/virtual/workqueue/cpumask", "3")
-    tree.set("/sys/devices/system/cpu/online", "0-3")
-    v1_host(tree)
-    tree.set("/sys/fs/cgroup/cpuset/cpuset.cpus", "0-3")
-    profile = ISOLATE.replace('"1"', '"1-3"') + '\n[cpu_isolation.pin]\n"^actor" = "2-3"\n'
-    assert cli("apply", profile_file(profile), "--no-verify")[0] == 0
+    tree = isolated_with_pins(cgroup_tree_host, cli, profile_file)
     affinity = tree.host.process(102).affinity
     assert tree.host.process(101).affinity == "2" and affinity != "3"  # actor-0 pinned; io-0 not
 
