@@ -506,3 +506,24 @@ def test_a_child_born_in_the_offline_cgroup_that_no_record_names_gets_its_parent
     assert (other.sched, other.nice, other.cgroups["cpu"]) == ("SCHED_FIFO:5", 3, "/")
     assert tree.host.process(700).policy == "SCHED_OTHER" and tree.host.process(705).policy == "SCHED_BATCH"
     assert not tree.host.exists("/sys/fs/cgroup/cpu/tuned-rl-offline")
+
+
+def test_a_child_forked_while_its_job_was_held_is_given_the_jobs_original_policy_at_rollback(node, cli, profile_file,
+                                                                                             monkeypatch):
+    # A fork in flight while rollback restores the job: the child copied SCHED_IDLE but joined the
+    # job's restored cgroup, so no record and no cgroup removal names it.
+    import time
+    from tuned_rl.core import agent
+    from tuned_rl.host.host import Host
+    tree = node
+    job_starts(tree)
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+    applied_at = time.time()
+    monkeypatch.setattr(agent, "SETTLE_S", 0.0)
+    monkeypatch.setattr(Host, "started_at", lambda self, task: applied_at + 5 if task.start_time >= 9500 else 0.0)
+    tree.add_process(703, "sh", ppid=700, policy=5, cgroups=V1, start_time=9500)  # born after the eviction
+    tree.add_process(704, "sh", ppid=700, policy=5, cgroups=V1, start_time=9400)  # born before: its own policy
+    status, out, _ = cli("rollback")
+    assert status == 0 and "forked by pid 700 while tuned-rl held it at SCHED_IDLE:0" in out, out
+    assert tree.host.process(700).policy == "SCHED_OTHER" and tree.host.process(703).policy == "SCHED_OTHER"
+    assert tree.host.process(704).policy == "SCHED_IDLE"

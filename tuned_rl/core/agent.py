@@ -448,8 +448,43 @@ class Agent:
     # -- undo -----------------------------------------------------------------
 
     def _undo(self, records: list[StepRecord], force: bool) -> list[dict]:
-        """Restore every record, newest first; each record is dropped once all of it is restored."""
-        return [result for record in reversed(records) for result in self._undo_record(record, force)]
+        """Restore every record, newest first; each record is dropped once all of it is restored.
+        Then the children that inherited a restored value and that no record names (_settle_inherited)."""
+        results = [result for record in reversed(records) for result in self._undo_record(record, force)]
+        return results + self._settle_inherited(records)
+
+    def _settle_inherited(self, records: list[StepRecord]) -> list[dict]:
+        """A process forked while tuned-rl held its parent at another policy, nice or I/O class
+        inherits it, and unless `tuned-rl watch` journaled it (or a cgroup's removal covered it) no
+        record names it. A fork in flight while rollback restores the parent copies the old value
+        too, and ends once the parent runs again. So after SETTLE_S, each child of a restored parent
+        born after the parent's record was written that still holds the value tuned-rl had set, and
+        not the original, is given the original."""
+        parents = [(r, c) for r in records for c in r.changes if c.kind in INHERITED_POLICY_KINDS and c.task is not None]
+        if not parents:
+            return []
+        time.sleep(SETTLE_S)
+        results = []
+        for record, change in parents:
+            try:
+                if self.host.process(change.task.pid).tgid != change.task.pid \
+                        or not change.holds(change.read(self.host), change.before):
+                    continue  # a thread other than the main one, or a parent not restored (left, gone)
+                for pid in self.host.children(change.task.pid):
+                    child = dataclasses.replace(change, task=self.host.task(pid))
+                    if record.written_at is None or self.host.started_at(child.task) < record.written_at:
+                        continue  # born before tuned-rl set its parent's value: what it holds is its own
+                    current = child.read(self.host)
+                    if child.holds(current, change.after) and not child.holds(current, change.before):
+                        child.write(self.host, change.before)
+                        results.append({"plugin": record.plugin, "step": record.step, "target": child.label(),
+                                        "before": child.handler.show(current),
+                                        "after": child.handler.show(change.before), "outcome": "restored",
+                                        "reason": f"forked by pid {change.task.pid} while tuned-rl held it at "
+                                                  f"{child.handler.show(change.after)}: given its parent's original"})
+            except (TaskGone, ProcessLookupError, LookupError, OSError):
+                continue
+        return results
 
     def _undo_record(self, record: StepRecord, force: bool, follow_up_unchanged: bool = True) -> list[dict]:
         """Restore one step's changes; ``force`` also overwrites values someone changed since.
@@ -652,6 +687,8 @@ WATCHED_STEP_INDEX = 1_000_000  # a record `tuned-rl watch` wrote: no step of th
 
 # What a child process takes from its parent at fork: its cgroups, policy, nice and I/O class.
 INHERITED_KINDS = ("process_cgroup", "sched", "nice", "io_priority")
+INHERITED_POLICY_KINDS = ("sched", "nice", "io_priority")  # what a child copies at fork and no cgroup removal resets
+SETTLE_S = 0.1  # after a rollback, how long a fork in flight may take to end (its parent runs again at once)
 
 
 def _tasks(changes: list[Change]) -> int:

@@ -8,6 +8,7 @@ import os
 import re
 import select
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -515,6 +516,10 @@ class Host:
             raise TaskGone(f"pid {pid} does not exist") from err
         comm, fields = parse_stat(stat)
         return Task(pid=pid, start_time=int(fields[19]), comm=comm)
+
+    def started_at(self, task: Task) -> float:
+        """When ``task`` started, as Unix time: its start time counts clock ticks of CLOCK_BOOTTIME."""
+        return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + task.start_time / os.sysconf("SC_CLK_TCK")
 
     def check_task(self, task: Task) -> None:
         """Raise TaskGone unless ``task`` is still the task behind its pid."""
