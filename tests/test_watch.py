@@ -61,9 +61,11 @@ class FakeSource:
 
 
 def watch(tree, state_dir, batches, emitted):
+    """watch over ``batches`` of events on the tree (no warm-up before a deferred step's verification)."""
     agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
     source = FakeSource(batches)
-    return run(Watcher(agent, emitted.append, rescan_seconds=3600), source, lambda: not source.batches)
+    return run(Watcher(agent, emitted.append, rescan_seconds=3600, warm_up_seconds=0), source,
+               lambda: not source.batches)
 
 
 def test_a_job_that_starts_after_the_apply_is_evicted_journaled_and_rolled_back(node, cli, profile_file, state_dir):
@@ -215,9 +217,7 @@ def test_a_step_deferred_at_apply_is_applied_when_the_workload_starts_and_rolled
         tree.add_process(100, "model", (101,), cgroups={"cpu": "/", "cpuset": "/"}, start_time=5000)
         return [ProcEvent("exec", 100, 100, 0)]
     emitted = []
-    agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
-    source = FakeSource([[], workload_starts, []])
-    run(Watcher(agent, emitted.append, rescan_seconds=3600, warm_up_seconds=0), source, lambda: not source.batches)
+    watch(tree, state_dir, [[], workload_starts, []], emitted)
     [verified] = [e for e in emitted if e["event"] == "verified"]
     assert verified["table"] == "cpu_isolation" and verified["outcome"] == "applied", verified  # no probe in a tree
     assert cgroup_of(tree, 100) == "/tuned-rl-workload" and cgroup_of(tree, 200) == "/tuned-rl-housekeeping"
@@ -321,9 +321,7 @@ def test_a_step_applied_while_the_workload_was_absent_is_verified_by_watch_when_
         tree.add_process(100, "model", cmdline="python serve.py", cgroups=V1, start_time=9000)
         return [ProcEvent("exec", 100, 100, 0)]
     emitted = []
-    agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
-    source = FakeSource([[], workload_starts, [], []])
-    run(Watcher(agent, emitted.append, rescan_seconds=3600, warm_up_seconds=0), source, lambda: not source.batches)
+    watch(tree, state_dir, [[], workload_starts, [], []], emitted)
     [verified] = [e for e in emitted if e["event"] == "verified"]
     assert len(measured) == 1 and verified["outcome"] == ("kept" if keep else "reverted"), emitted
     assert verified["step"] == step["step"] and verified["after"] == "unverified at apply"
@@ -352,9 +350,7 @@ def test_a_step_someone_changed_before_the_workload_started_is_left_unverified(n
         tree.add_process(100, "model", cmdline="python serve.py", cgroups=V1, start_time=9000)
         return [ProcEvent("exec", 100, 100, 0)]
     emitted = []
-    agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
-    source = FakeSource([[], workload_starts, []])
-    run(Watcher(agent, emitted.append, rescan_seconds=3600, warm_up_seconds=0), source, lambda: not source.batches)
+    watch(tree, state_dir, [[], workload_starts, []], emitted)
     [verified] = [e for e in emitted if e["event"] == "verified"]
     assert verified["outcome"] == "left" and "someone changed" in verified["reason"]
     assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "800000"

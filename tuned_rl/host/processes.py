@@ -164,10 +164,10 @@ STATUS_KEYS = ("Tgid", "Uid", "Cpus_allowed_list")
 def _status(text: str) -> dict[str, str]:
     """The keys of /proc/<pid>/status that tuned-rl reads (found, not every line parsed: a rescan
     reads thousands of these)."""
-    rows = {}
+    rows, text = {}, "\n" + text
     for key in STATUS_KEYS:
-        start = text.find(f"\n{key}:") + 1 if not text.startswith(f"{key}:") else 0
-        if start > 0 or text.startswith(f"{key}:"):
-            end = text.find("\n", start)
-            rows[key] = text[start + len(key) + 1:end if end >= 0 else len(text)].strip()
+        start = text.find(f"\n{key}:")
+        if start >= 0:
+            end = text.find("\n", start + 1)
+            rows[key] = text[start + len(key) + 2:end if end >= 0 else None].strip()
     return rows

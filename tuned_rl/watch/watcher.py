@@ -226,14 +226,8 @@ class Watcher:
             self.emit({"event": "deferred", "table": table, "pid": pid,
                        "reason": "the workload started: applying the step apply deferred, then verifying it"})
             report = self.agent.apply_deferred(self.profile, table, self.warm_up_seconds)
-            result = _result(table, pid, report, began, "deferred")
-            self.applied = dataclasses.replace(self.applied, deferred=[t for t in self.applied.deferred if t != table],
-                                               deferred_results=[*self.applied.deferred_results, result],
-                                               reverted=_reverted(self.applied.reverted, table, report))
-            self.agent.journal.begin(self.applied)
-            self.unchanged.clear()  # the step changed what other processes need
-            self._note_journaled(r.changes for r in self.agent.journal.records())
-            self.emit({"event": "verified", **result})
+            self._record_verdict(_result(table, pid, report, began, "deferred"), report,
+                                 deferred=[t for t in self.applied.deferred if t != table])
 
     def _verify_awaiting(self, pid: int) -> None:
         """The workload started: verify the steps apply wrote unverified while it was absent."""
@@ -246,14 +240,17 @@ class Watcher:
         for entry, report in self.agent.verify_awaiting(self.profile, awaiting):
             result = _result(entry["table"], pid, report, began, "unverified at apply")
             result.setdefault("step", entry["step"])
-            self.applied = dataclasses.replace(
-                self.applied, awaiting=[a for a in self.applied.awaiting if a != entry],
-                deferred_results=[*self.applied.deferred_results, result],
-                reverted=_reverted(self.applied.reverted, entry["table"], report))
-            self.agent.journal.begin(self.applied)
-            self.unchanged.clear()
-            self._note_journaled(r.changes for r in self.agent.journal.records())
-            self.emit({"event": "verified", **result})
+            self._record_verdict(result, report, awaiting=[a for a in self.applied.awaiting if a != entry])
+
+    def _record_verdict(self, result: dict, report, **left) -> None:
+        """Journal what watch made of a deferred or awaiting step (``left``: what still waits), and say it."""
+        self.applied = dataclasses.replace(self.applied, **left,
+                                           deferred_results=[*self.applied.deferred_results, result],
+                                           reverted=_reverted(self.applied.reverted, result["table"], report))
+        self.agent.journal.begin(self.applied)
+        self.unchanged.clear()  # the step changed what other processes need
+        self._note_journaled(r.changes for r in self.agent.journal.records())
+        self.emit({"event": "verified", **result})
 
     def _note_journaled(self, change_lists) -> None:
         """Add to ``policy_parents`` the processes whose policy, nice or I/O class these changes set."""
