@@ -122,6 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--warm-up-seconds", type=_non_negative_float, default=2.0,
                        help="after the workload starts, wait this long before verifying a deferred step "
                             "(default %(default)s)")
+    watch.add_argument("--metrics-address", nargs="?", const="127.0.0.1:9464", default=None, metavar="ADDRESS",
+                       help="serve Prometheus metrics at http://ADDRESS/metrics (default when given without a value: "
+                            "%(const)s; a port alone is loopback; another address only as an IP address)")
+    watch.add_argument("--alarm-ms", type=_positive(float), default=10.0,
+                       help="a wait of the target this long is an alarm that names what held its CPU "
+                            "(default %(default)s)")
+    watch.add_argument("--regressed-window-seconds", type=_positive(float), default=300.0,
+                       help="the sliding window whose p999 is compared with the verified one (default %(default)s)")
+    watch.add_argument("--regressed-factor", type=_positive(float), default=2.0,
+                       help="\"regressed\": the window's p999 over the verified p999 times this (default %(default)s)")
+    watch.add_argument("--no-measure", action="store_true",
+                       help="do not measure the target (no alarms, no regressed check, no latency metrics)")
     for name, text in [("status", "what is applied, and whether it drifted"),
                        ("plugins", "loaded plugins and the tables they own")]:
         commands.add_parser(name, help=text)
@@ -477,12 +489,28 @@ def cmd_watch(agent: Agent, args) -> int:
     from tuned_rl.watch.proc_events import ProcEventSource, ProcEventsError
     from tuned_rl.watch.watcher import NothingApplied, Watcher, run
 
+    from tuned_rl.watch.metrics_endpoint import AddressError, figures_of, parse_address, serve
+    from tuned_rl.watch.telemetry import describe_event, telemetry_factory
+
+    address = None
+    if args.metrics_address is not None:
+        try:
+            address = parse_address(args.metrics_address)
+            import prometheus_client  # noqa: F401
+        except AddressError as err:
+            print(f"tuned-rl: watch: --metrics-address {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except ImportError:
+            print("tuned-rl: watch: --metrics-address needs prometheus_client (apt-get install "
+                  "python3-prometheus-client, or pip install prometheus_client)", file=sys.stderr)
+            return EXIT_FAILED
+
     def emit(event: dict) -> None:
         event = {"time": round(time.time(), 3), **event}
         if args.json:
             print(json.dumps(event), flush=True)
         else:
-            details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("time", "event"))
+            details = describe_event(event) or " ".join(f"{k}={v}" for k, v in event.items() if k not in ("time", "event"))
             print(f"{time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']}: {details}", flush=True)
 
     try:  # the jobs watch must evict are CPU-bound: at nice 0 they would delay it by their slices
@@ -492,8 +520,19 @@ def cmd_watch(agent: Agent, args) -> int:
     stop = []
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.append(True))
-    watcher = Watcher(agent, emit, args.rescan_seconds, warm_up_seconds=args.warm_up_seconds)
+    telemetry_for = None if args.no_measure else telemetry_factory(
+        agent.host, emit, alarm_ms=args.alarm_ms, window_s=args.regressed_window_seconds, factor=args.regressed_factor)
+    watcher = Watcher(agent, emit, args.rescan_seconds, warm_up_seconds=args.warm_up_seconds,
+                      telemetry_for=telemetry_for)
+    server = None
     try:
+        if address is not None:
+            try:
+                server = serve(address, lambda: figures_of(watcher))
+            except OSError as err:
+                print(f"tuned-rl: watch: cannot serve metrics on {address}: {err.strerror or err}", file=sys.stderr)
+                return EXIT_FAILED
+            emit({"event": "serving", "url": f"http://{address}/metrics", "loopback": address.loopback})
         with ProcEventSource() as source:
             return run(watcher, source, lambda: bool(stop))
     except ProcEventsError as err:
@@ -502,6 +541,10 @@ def cmd_watch(agent: Agent, args) -> int:
     except NothingApplied as err:
         print(f"tuned-rl: watch: {err}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
 
 
 COMMANDS = {"apply": cmd_apply, "watch": cmd_watch, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,

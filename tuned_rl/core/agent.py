@@ -134,9 +134,11 @@ class Agent:
                 reverted = sorted({s.table for s, r in zip(steps, report.steps) if r.outcome == "reverted"})
                 awaiting = [{"table": s.table, "step": s.title} for s, r in zip(steps, report.steps)
                             if _verified_on_nothing(r)]
-                if deferred or reverted or awaiting:
+                verified = [_verdict(s, r) for s, r in zip(steps, report.steps)
+                            if r.before is not None and not _verified_on_nothing(r)]
+                if deferred or reverted or awaiting or verified:
                     self.journal.begin(dataclasses.replace(applied, deferred=deferred, reverted=reverted,
-                                                           awaiting=awaiting))
+                                                           awaiting=awaiting, verified=verified))
         self.progress("")  # done: an empty line clears the progress display
         return report, status
 
@@ -673,6 +675,13 @@ class Agent:
                                         if outcome in ("applied", "kept", "inconclusive") else c.handler.show(c.after))
                            for c in shown],
                           outcome, reason, phase=self.plugins.phase_of(step.table), gone=gone, notes=list(step.notes))
+
+
+def _verdict(step: Step, report: StepReport) -> dict:
+    """A verified step's outcome and figures, as the journal keeps them (watch compares its tail with them)."""
+    return {"table": step.table, "step": step.title, "outcome": report.outcome, "at": round(time.time(), 3),
+            "p999_without_us": report.before["p999_us"], "p999_with_us": report.after["p999_us"],
+            "samples_without": report.before["n"], "samples_with": report.after["n"]}
 
 
 def _verified_on_nothing(report: StepReport) -> bool:

@@ -89,6 +89,21 @@ class Applied:
     deferred_results: list = field(default_factory=list)  # what watch made of them: {table, step, outcome, ...}
     reverted: list = field(default_factory=list)  # tables whose step was verified harmful: watch applies none of them
     awaiting: list = field(default_factory=list)  # {table, step} applied unverified (no workload): watch verifies them
+    verified: list = field(default_factory=list)  # apply's verdicts: {table, step, outcome, p999_without_us, ...}
+
+    def verdicts(self) -> list[dict]:
+        """Every verdict on this profile's steps, in the order they were made: apply's, then watch's."""
+        return [*self.verified, *(r for r in self.deferred_results if "p999_with_us" in r)]
+
+    def verified_p999_us(self) -> float | None:
+        """The target's p999 in the state the last verdict left the host in: with the step if it was
+        kept, without it if it was reverted (None: no step was verified on a measurement)."""
+        for verdict in reversed(self.verdicts()):
+            key = "p999_without_us" if verdict.get("outcome") == "reverted" else "p999_with_us"
+            value = verdict.get(key)
+            if isinstance(value, (int, float)) and value == value and value > 0:
+                return float(value)
+        return None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from tuned_rl.core.agent import Agent, HostError
 from tuned_rl.core.journal import Applied
 from tuned_rl.core.lock import LockHeld, exclusive_lock
 from tuned_rl.host import TaskGone, printable
-from tuned_rl.measure.targets import is_target_process, target_from_table
+from tuned_rl.measure.probes.base import ProbeError
+from tuned_rl.measure.targets import TargetError, is_target_process, target_from_table
 from tuned_rl.profiles.loader import Profile, ProfileError, load_profile
 
 KINDS_THAT_MATTER = ("fork", "exec", "comm", "uid")
@@ -31,6 +32,7 @@ FOLLOW_UP_SECONDS = (1.0, 5.0)
 # processes a rescan reads 32,000 /proc files, and watch's idle cost must stay small.
 RESCAN_CPU_BUDGET = 0.002
 OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
+TELEMETRY_PASS_S = 0.25  # with the target measured, a pass at least this often: an alarm within a second
 
 
 class NothingApplied(RuntimeError):
@@ -43,14 +45,21 @@ class WatchStats:
     lost: int = 0
     rescans: int = 0
     acted: int = 0
+    placed: int = 0   # processes placed (each process a step named), and evicted
+    evicted: int = 0
 
 
 class Watcher:
     """Keeps the applied profile in force; ``emit(event: dict)`` reports each thing it does."""
 
     def __init__(self, agent: Agent, emit: Callable[[dict], None], rescan_seconds: float = 30.0,
-                 load: Callable[[str], Profile] = load_profile, warm_up_seconds: float = 2.0):
+                 load: Callable[[str], Profile] = load_profile, warm_up_seconds: float = 2.0,
+                 telemetry_for: Callable[[Profile, Applied], object] | None = None):
         self.agent = agent
+        # The always-on measurement of the profile's target: ``telemetry_for(profile, applied)`` gives a
+        # telemetry.Telemetry, or why there is none (text); None: not asked for.
+        self.telemetry_for = telemetry_for
+        self.telemetry = None
         self.emit = emit
         self.rescan_seconds = rescan_seconds
         self.warm_up_seconds = warm_up_seconds
@@ -91,7 +100,36 @@ class Watcher:
             self.unchanged.clear()  # another profile: every process is judged afresh
             self._note_journaled(r.changes for r in self.agent.journal.records())
             self.emit({"event": "watching", "profile": profile.name, "path": applied.path})
+            self._start_telemetry()
         return True
+
+    def _start_telemetry(self) -> None:
+        """(Re)start the measurement of the target for the profile just loaded, and say what it measures."""
+        self.stop_telemetry()
+        if self.telemetry_for is None:
+            return
+        made = self.telemetry_for(self.profile, self.applied)
+        telemetry, why = (None, made) if isinstance(made, str) else (made, "")
+        if telemetry is not None:
+            try:
+                telemetry.start()
+            except (ProbeError, TargetError) as err:
+                telemetry.stop()
+                telemetry, why = None, f"the probe cannot run: {err}"
+        self.telemetry = telemetry
+        if telemetry is None:
+            self.emit({"event": "measuring", "target": None, "reason": f"not measuring: {why}"})
+            return
+        verified = telemetry.regression.verified_p999_us if telemetry.regression else None
+        self.emit({"event": "measuring", "target": str(telemetry.target), "threads": len(telemetry.tids),
+                   "alarm_ms": telemetry.settings.alarm_ms, "verified_p999_us": verified,
+                   "regressed_if_p999_over_us": round(telemetry.regression.limit_us, 1) if verified else None,
+                   "window_s": telemetry.settings.window_s, "notes": telemetry.notes})
+
+    def stop_telemetry(self) -> None:
+        if self.telemetry is not None:
+            self.telemetry.stop()
+            self.telemetry = None
 
     # -- one pass ---------------------------------------------------------------
 
@@ -158,6 +196,8 @@ class Watcher:
             return True  # born with a policy tuned-rl set on its parent: its undo is journaled under the lock
         self.forked_by.pop(pid, None)
         if self._is_target(process):  # planned on every rescan: no signature kept
+            if self.telemetry is not None and pid not in self.telemetry.pids:
+                self.telemetry.add_process(pid)
             if self.followed.get(pid) != process.start_time:
                 self.followed[pid] = process.start_time
                 self.follow_ups[pid] = [time.monotonic() + s for s in FOLLOW_UP_SECONDS]
@@ -248,6 +288,8 @@ class Watcher:
                                            deferred_results=[*self.applied.deferred_results, result],
                                            reverted=_reverted(self.applied.reverted, result["table"], report))
         self.agent.journal.begin(self.applied)
+        if self.telemetry is not None:
+            self.telemetry.set_verified(self.applied.verified_p999_us())
         self.unchanged.clear()  # the step changed what other processes need
         self._note_journaled(r.changes for r in self.agent.journal.records())
         self.emit({"event": "verified", **result})
@@ -322,6 +364,10 @@ class Watcher:
                                "reason": report.reason})
                 continue
             self.stats.acted += 1
+            if OUTCOME_EVENTS.get(step.table) == "evicted":
+                self.stats.evicted += max(1, len(pids))
+            else:
+                self.stats.placed += 1
             self._note_journaled([step.pending_changes])
             self.emit({"event": OUTCOME_EVENTS.get(step.table, "placed"), "pid": pid,
                        "comm": printable(process.comm), "step": step.title, "plugin": step.table,
@@ -358,7 +404,10 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
         next_rescan = time.monotonic() + watcher.next_rescan_in
         next_check = time.monotonic()
         while not stopping():
-            watcher.note_events(source.read(timeout=min(1.0, max(0.0, next_rescan - time.monotonic()))))
+            longest = TELEMETRY_PASS_S if watcher.telemetry is not None else 1.0
+            watcher.note_events(source.read(timeout=min(longest, max(0.0, next_rescan - time.monotonic()))))
+            if watcher.telemetry is not None:
+                watcher.telemetry.tick()
             if source.lost != lost_seen:
                 watcher.stats.lost += source.lost - lost_seen
                 watcher.emit({"event": "lost", "overflows": source.lost - lost_seen, "total": source.lost})
@@ -377,5 +426,7 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
     except NothingApplied as err:
         watcher.emit({"event": "stopped", "reason": str(err)})
         return 0
+    finally:
+        watcher.stop_telemetry()
     watcher.emit({"event": "stopped", "reason": "asked to stop (the tuning stays; `tuned-rl rollback` undoes it)"})
     return 0

@@ -20,6 +20,7 @@ a shared lock; the rare overlap costs a little accuracy, never a wait.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -175,6 +176,31 @@ static __always_inline void open_slot(u32 cpu, u32 tid, u64 now) {
     count_lost();
 }
 
+#ifdef ALARM_ATTRIBUTED_NS
+// A wait of ALARM_ATTRIBUTED_NS or more, handed to user space with what held its CPU meanwhile.
+struct attributed_wait { u32 tid; u32 cpu; u64 length_ns; u64 end_ns; u64 counted_ns; struct part parts[PARTS]; };
+BPF_RINGBUF_OUTPUT(attributed_waits, 8);
+
+static __always_inline void report_long_wait(u32 tid, u32 cpu, u64 length, u64 now, struct slot *w) {
+    struct attributed_wait *e = attributed_waits.ringbuf_reserve(sizeof(struct attributed_wait));
+    if (!e) {
+        count_lost();
+        return;
+    }
+    e->tid = tid;
+    e->cpu = cpu;
+    e->length_ns = length;
+    e->end_ns = now;
+    e->counted_ns = w->counted;
+    __builtin_memcpy(e->parts, w->parts, sizeof(e->parts));
+    attributed_waits.ringbuf_submit(e, 0);
+}
+#define ON_LONG_WAIT(tid, cpu, length, now, w) \
+    if (length >= ALARM_ATTRIBUTED_NS) report_long_wait(tid, cpu, length, now, w)
+#else
+#define ON_LONG_WAIT(tid, cpu, length, now, w)
+#endif
+
 // The thread's wait ends (it runs) or is dropped (it goes to sleep from a stale wake-up).
 static __always_inline void close_slot(u32 tid, u64 now, int ran) {
     u32 *on = waiting_on.lookup(&tid);
@@ -195,6 +221,7 @@ static __always_inline void close_slot(u32 tid, u64 now, int ran) {
             return;
         u64 length = now - w->since;
         u32 bucket = bucket_of(length);
+        ON_LONG_WAIT(tid, cpu, length, now, w);
         u64 attributed = 0;
         int only_idle = 1;
         #pragma unroll
@@ -347,20 +374,54 @@ def bucket_of(ns: int) -> int:
     return msb * 4 + ((ns >> (msb - 2)) & 3)
 
 
+@dataclass(frozen=True)
+class AttributedWait:
+    """One long wait of a watched thread, and what held its CPU meanwhile (``parts``: (kind, id, ns),
+    at most four holders; the rest of the wait, if any, was not attributed)."""
+
+    tid: int
+    cpu: int
+    wait_ns: int
+    end_ns: int  # CLOCK_MONOTONIC
+    parts: tuple[tuple[str, int, int], ...]
+
+    @property
+    def not_attributed_ns(self) -> int:
+        return max(0, self.wait_ns - sum(ns for _, _, ns in self.parts))
+
+
+class _Part(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_uint32), ("id", ctypes.c_uint32), ("ns", ctypes.c_uint64)]
+
+
+class _AttributedWaitRecord(ctypes.Structure):
+    _fields_ = [("tid", ctypes.c_uint32), ("cpu", ctypes.c_uint32), ("length_ns", ctypes.c_uint64),
+                ("end_ns", ctypes.c_uint64), ("counted_ns", ctypes.c_uint64), ("parts", _Part * 4)]
+
+
 class AttributingProbe(BpfProbe):
     """BpfProbe's program, its waits summed in the kernel, with per (CPU, holder) sums of the
-    watched threads' wait time. ``drain`` returns nothing: read ``attribution()``."""
+    watched threads' wait time. ``drain`` returns nothing: read ``attribution()``.
+
+    ``alarm_ns``: also hand each wait of at least that long to user space with its holders
+    (``attributed_waits()``). watch keeps the probe loaded but detached (``detach``), and attaches
+    it only around the worst waits (``attach``, which first forgets what the probe kept)."""
 
     name = "bpf"
 
-    def __init__(self, max_threads: int = 16384, ring_pages: int = 256):
+    def __init__(self, max_threads: int = 16384, ring_pages: int = 256, alarm_ns: int | None = None):
         super().__init__(max_threads, ring_pages, variant="raw", summed=True)
+        self.alarm_ns = alarm_ns
+        self._attributed: list[AttributedWait] = []
+        self._detached: list[tuple[bytes, bytes]] = []
 
     def start(self, tids) -> None:
         if not _raw_tracepoints_usable():
             raise ProbeError("attributing wait time needs raw tracepoints and the kernel's BTF "
                              "(Linux 5.18 or later with /sys/kernel/btf/vmlinux)")
         super().start(tids)
+        if self.alarm_ns is not None:
+            self._bpf[b"attributed_waits"].open_ring_buffer(self._on_attributed)
 
     def _program(self) -> tuple[str, list[str]]:
         try:
@@ -368,7 +429,65 @@ class AttributingProbe(BpfProbe):
                       f"-DPOLICY_OFFSET={member_offset('task_struct', 'policy')}", f"-DMAX_CPUS={_possible_cpus()}"]
         except BtfError as err:
             raise ProbeError(f"cannot attribute wait time on this kernel: {err}") from err
+        if self.alarm_ns is not None:
+            cflags.append(f"-DALARM_ATTRIBUTED_NS={int(self.alarm_ns)}ULL")
         return COMMON + ATTRIBUTION + RAW_BODY, cflags
+
+    @property
+    def attached(self) -> bool:
+        return not self._detached
+
+    def detach(self) -> None:
+        """Stop its programs running (they stay loaded: attaching again takes milliseconds, not a compile)."""
+        fds = self._bpf.raw_tracepoint_fds
+        for tracepoint in list(fds):
+            self._detached.append((tracepoint, b"raw_tracepoint__" + tracepoint))
+            self._bpf.detach_raw_tracepoint(tp=tracepoint)
+
+    def attach(self, tids) -> None:
+        """Forget every sum, slot and watched thread, watch ``tids``, and run the programs again."""
+        for table in (b"cpu_states", b"held", b"tail", b"waits", b"idle_waits", b"holder_names", b"waiting_on",
+                      b"start", b"latency_hist", b"latency_max"):
+            self._bpf[table].clear()
+        tids = set(tids)
+        self._unwatch(self._watched - tids)  # exited while no program followed them: their ids may be reused
+        self._watched &= tids
+        self.watch(tids)
+        self._attributed = []
+        for tracepoint, function in self._detached:
+            self._bpf.attach_raw_tracepoint(tp=tracepoint, fn_name=function)
+        self._detached = []
+
+    def _unwatch(self, tids: set[int]) -> None:
+        watched = self._bpf[b"watched"]
+        words: dict[int, int] = {}
+        for tid in tids:
+            words[tid >> 6] = words.get(tid >> 6, 0) | 1 << (tid & 63)
+        for index, bits in words.items():
+            key = ctypes.c_int(index)
+            try:
+                watched[key] = ctypes.c_uint64(watched[key].value & ~bits & (2 ** 64 - 1))
+            except (KeyError, IndexError):
+                continue
+
+    def _on_attributed(self, ctx, data, size) -> None:
+        record = ctypes.cast(data, ctypes.POINTER(_AttributedWaitRecord)).contents
+        parts = tuple((KIND_NAMES.get(p.kind, str(p.kind)), int(p.id), int(p.ns)) for p in record.parts if p.ns)
+        self._attributed.append(AttributedWait(int(record.tid), int(record.cpu), int(record.length_ns),
+                                               int(record.end_ns), parts))
+
+    def attributed_waits(self) -> list[AttributedWait]:
+        """The long waits handed over since the last call, with their holders (a poll that does not block)."""
+        if self._bpf is None or self.alarm_ns is None:
+            return []
+        self._bpf.ring_buffer_consume()
+        taken, self._attributed = self._attributed, []
+        return taken
+
+    def holder_names(self) -> dict[int, dict]:
+        """Thread id -> {"comm", "tgid", "policy"} of each task seen holding a CPU since the last attach."""
+        return {k.value: {"comm": v.comm.decode(errors="replace"), "tgid": v.tgid, "policy": v.policy}
+                for k, v in self._bpf[b"holder_names"].items()}
 
     def attribution(self) -> Attribution:
         """The sums so far (read while the probe runs, or before stop)."""
@@ -379,8 +498,7 @@ class AttributingProbe(BpfProbe):
                 for k, v in self._bpf[b"tail"].items() if v.value]
         waits = {k.value: v.value for k, v in self._bpf[b"waits"].items()}
         idle_waits = {k.value: v.value for k, v in self._bpf[b"idle_waits"].items()}
-        names = {k.value: {"comm": v.comm.decode(errors="replace"), "tgid": v.tgid, "policy": v.policy}
-                 for k, v in self._bpf[b"holder_names"].items()}
+        names = self.holder_names()
         counts = self.wait_counts()
         latencies = {int(bucket): int(counts[bucket]) for bucket in np.flatnonzero(counts)}
         return Attribution(held, tail, waits, idle_waits, names, latencies, self.longest_wait_ns())
@@ -403,4 +521,4 @@ def _possible_cpus() -> int:
         return 1024
 
 
-__all__ = ["AttributingProbe", "Attribution", "HeldRecord", "TailRecord", "bucket_lower_ns", "bucket_of"]
+__all__ = ["AttributedWait", "AttributingProbe", "Attribution", "HeldRecord", "TailRecord", "bucket_lower_ns", "bucket_of"]

@@ -30,6 +30,8 @@ from tuned_rl.measure.probes.granules import (GRANULE_BUCKETS, GRANULE_FIRST_BUC
 # second, while the ring spans 17 s. A wait that began more than 15 s before it is counted could
 # be taken for a later interval's: it goes to `too_old` instead (its start is then unknown).
 # The bucket is counted before the slot's total: a total seen changed means its buckets are.
+# (A probe that only keeps the totals, watch's, compiles the ring out: NO_GRANULES.) ALARM_NS
+# also counts, per CPU, each wait of at least that long and hands it to user space.
 HISTOGRAM = r"""
 #define NO_EVENTS 1
 #define FINE_BUCKETS 1024
@@ -43,6 +45,34 @@ BPF_ARRAY(granule_hist, struct granule_counts, GRANULES);
 BPF_ARRAY(granule_totals, struct granule_totals, 1);
 BPF_ARRAY(too_old, struct granule_counts, 1);
 BPF_PERCPU_ARRAY(latency_max, u64, 1);
+BPF_PERCPU_ARRAY(latency_sum, u64, 1);                 // ns of all waits (a Prometheus histogram's _sum)
+
+#ifdef ALARM_NS
+// A wait of ALARM_NS or more: counted per CPU, and handed to user space (rare by definition).
+struct long_wait { u32 tid; u32 cpu; u64 delta_ns; u64 start_ns; };
+BPF_PERCPU_ARRAY(over_threshold, u64, 1);
+BPF_PERCPU_ARRAY(long_waits_lost, u64, 1);
+BPF_RINGBUF_OUTPUT(long_waits, 8);
+
+static __always_inline void long_wait_seen(u32 tid, u64 ns, u64 start) {
+    int zero = 0;
+    u64 *count = over_threshold.lookup(&zero);
+    if (count)
+        (*count)++;
+    struct long_wait *e = long_waits.ringbuf_reserve(sizeof(struct long_wait));
+    if (!e) {
+        u64 *lost = long_waits_lost.lookup(&zero);
+        if (lost)
+            (*lost)++;
+        return;
+    }
+    e->tid = tid;
+    e->cpu = bpf_get_smp_processor_id();
+    e->delta_ns = ns;
+    e->start_ns = start;
+    long_waits.ringbuf_submit(e, 0);
+}
+#endif
 
 // The index of the highest bit set (0 for 0 and 1).
 static __always_inline u32 msb_of(u64 v) {
@@ -84,7 +114,7 @@ static __always_inline void count_by_start(u32 bucket, u64 start) {
         __sync_fetch_and_add(&totals->counts[slot & (GRANULES - 1)], 1);
 }
 
-static __always_inline void count_wait(u64 ns, u64 start) {
+static __always_inline void count_wait(u32 tid, u64 ns, u64 start) {
     int zero = 0;
     u32 bucket = fine_bucket_of(ns) & (FINE_BUCKETS - 1);
     struct latency_counts *hist = latency_hist.lookup(&zero);
@@ -93,9 +123,18 @@ static __always_inline void count_wait(u64 ns, u64 start) {
     u64 *longest = latency_max.lookup(&zero);
     if (longest && ns > *longest)
         *longest = ns;
+    u64 *sum = latency_sum.lookup(&zero);
+    if (sum)
+        *sum += ns;
+#ifdef ALARM_NS
+    if (ns >= ALARM_NS)
+        long_wait_seen(tid, ns, start);
+#endif
+#ifndef NO_GRANULES
     count_by_start(bucket, start);
+#endif
 }
-#define ON_WAIT_LENGTH(ns, start) count_wait(ns, start)
+#define ON_WAIT_LENGTH(tid, ns, start) count_wait(tid, ns, start)
 """
 FINE_BUCKETS = 1024
 
@@ -117,7 +156,7 @@ FINE_BUCKET_MIDDLES = np.array([min(lower + width // 2, 1 << 62)
 EVENTS = r"""
 #define SLEEP_STATE_BITS 0xff
 #ifndef ON_WAIT_LENGTH
-#define ON_WAIT_LENGTH(ns, start)
+#define ON_WAIT_LENGTH(tid, ns, start)
 #endif
 
 struct event { u32 tid; u32 pad; u64 delta_ns; u64 start_ns; };
@@ -137,7 +176,7 @@ static __always_inline void count_lost(void) {
 // One wait of a watched thread, measured: summed, or handed to user space. ``start`` is when
 // it began (bpf_ktime_get_ns(): CLOCK_MONOTONIC).
 static __always_inline void wait_measured(u32 tid, u64 delta, u64 start) {
-    ON_WAIT_LENGTH(delta, start);
+    ON_WAIT_LENGTH(tid, delta, start);
 #ifndef NO_EVENTS
     struct event *e = events.ringbuf_reserve(sizeof(struct event));
     if (!e) {
