@@ -152,6 +152,8 @@ def test_the_agent_reports_a_step_whose_probe_failed_as_applied_and_journals_it_
 class FakeVerifier:
     """Stands in for a started Verifier inside the agent: applies, then calls the step harmful."""
 
+    notes: list = []
+
     def __init__(self, keep):
         self.keep = keep
 

@@ -84,16 +84,9 @@ def parse_address(text: str | None) -> Address:
 
 def buckets(counts, sum_ns: int) -> tuple[list[tuple[str, int]], float]:
     """The kernel's fine-bucket counts as cumulative (le, count) pairs in seconds, and the sum in seconds."""
-    cumulative, seen, buckets_out = counts.cumsum(), 0, []
-    for index, bound_ns in BOUNDS:
-        seen = int(cumulative[index - 1])
-        buckets_out.append((_float_text(bound_ns / 1e9), seen))
-    buckets_out.append(("+Inf", int(cumulative[-1])))
-    return buckets_out, sum_ns / 1e9
-
-
-def _float_text(value: float) -> str:
-    return repr(float(f"{value:.9g}"))
+    cumulative = counts.cumsum()
+    pairs = [(repr(bound_ns / 1e9), int(cumulative[index - 1])) for index, bound_ns in BOUNDS]
+    return pairs + [("+Inf", int(cumulative[-1]))], sum_ns / 1e9
 
 
 class WatchCollector:

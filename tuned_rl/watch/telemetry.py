@@ -115,7 +115,10 @@ class Telemetry:
         except ProbeError as err:
             self.attributing = None
             self.notes.append(f"alarms cannot name what held the CPU here: {err}")
-        self._irq_names = facts.irq_names(facts.interrupt_counts(self.host))
+        try:
+            self._irq_names = facts.irq_names(facts.interrupt_counts(self.host))
+        except OSError:  # no /proc/interrupts: an interrupt holder is then named by its number only
+            self._irq_names = {}
         self._next_read = self.clock() + READ_S
 
     def stop(self) -> None:
@@ -233,11 +236,16 @@ class Telemetry:
         self.emit(event)
 
     def _thread(self, tid: int) -> dict:
-        try:
-            process = self.host.process(tid)
-        except TaskGone:
-            return {"pid": None, "comm": ""}
-        return {"pid": process.tgid, "comm": printable(process.comm)}
+        """The waiting thread's process and name (/proc/TID, else the target process that has it)."""
+        for pid in [tid, *sorted(self.pids)]:
+            try:
+                if pid != tid and tid not in self.host.thread_ids(pid):
+                    continue
+                process = self.host.process(pid)
+            except (TaskGone, OSError):
+                continue
+            return {"pid": process.tgid, "comm": printable(process.comm)}
+        return {"pid": None, "comm": ""}
 
     def _holder(self, kind: str, ident: int, ns: int, names: dict[int, dict]) -> dict:
         held = {"kind": kind, "held_us": round(ns / 1000, 1)}

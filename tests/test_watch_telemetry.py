@@ -1,0 +1,268 @@
+"""watch's always-on measurement on fake probes and recorded windows: alarms grouped per stall, matched
+with what held the CPU and rate-limited; the sliding window's p999; "regressed" with both figures
+and the holders; the figure a profile's steps were verified at, as apply and watch journal it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tuned_rl.core.journal import Applied
+from tuned_rl.measure.probes.attribution import Attribution, AttributedWait, HeldRecord, TailRecord, bucket_of
+from tuned_rl.measure.probes.bpf import FINE_BUCKET_MIDDLES, FINE_BUCKETS
+from tuned_rl.measure.probes.continuous import LongWait, Totals
+from tuned_rl.measure.stats import quantile
+from tuned_rl.measure.targets import Target
+from tuned_rl.watch.alarms import (AlarmGate, AlarmMatcher, RegressionWatch, TailWindow, WindowFigures, quantile_ns,
+                                   same_wait, stalls)
+from tuned_rl.watch.telemetry import Telemetry, TelemetrySettings, describe_event
+
+MS = 1_000_000
+
+
+def fine_bucket(ns: int) -> int:
+    msb = ns.bit_length() - 1
+    return msb * 16 + ((ns >> (msb - 4)) & 15)
+
+
+def counts_of(waits_ns) -> np.ndarray:
+    counts = np.zeros(FINE_BUCKETS, dtype=np.int64)
+    for ns in waits_ns:
+        counts[fine_bucket(int(ns))] += 1
+    return counts
+
+
+def test_a_histograms_quantile_is_the_rank_measure_takes_of_the_same_waits():
+    rng = np.random.default_rng(3)
+    waits = (rng.pareto(2.5, 50_000) * 40_000 + 5_000).astype(np.int64)
+    middles = FINE_BUCKET_MIDDLES[[fine_bucket(int(w)) for w in waits]]
+    counts = counts_of(waits)
+    for q in (0.5, 0.99, 0.999):
+        assert quantile_ns(counts, FINE_BUCKET_MIDDLES, q) == quantile(middles, q)
+    assert quantile_ns(np.zeros(FINE_BUCKETS, dtype=np.int64), FINE_BUCKET_MIDDLES, 0.999) == 0
+
+
+def test_the_sliding_window_holds_only_its_last_seconds():
+    window = TailWindow(10.0, FINE_BUCKET_MIDDLES)
+    total = np.zeros(FINE_BUCKETS, dtype=np.int64)
+    for second in range(30):
+        stall = second >= 20  # from second 20 on, 1% of the waits are 5 ms
+        total = total + counts_of([50_000] * 990 + [5 * MS if stall else 60_000] * 10)
+        window.add(float(second), total)
+    figures = window.figures()
+    assert window.full and figures.seconds == pytest.approx(10.0) and figures.waits == 10_000
+    assert figures.p999_us == pytest.approx(5000, rel=0.03)  # only stalled seconds are in it
+    assert figures.p99_us == pytest.approx(50, rel=0.03)
+
+
+def test_regressed_once_when_the_window_passes_the_limit_and_recovered_once_well_under_it():
+    watch = RegressionWatch(verified_p999_us=200.0, factor=2.0)
+    said = [watch.check(WindowFigures(300, 100_000, 80, p999)) for p999 in (210, 390, 450, 900, 390, 350, 300, 250)]
+    assert said == [None, None, "regressed", None, None, None, "recovered", None]
+    assert watch.check(WindowFigures(300, 500, 80, 5000)) is None  # a p999 of 500 waits rests on no wait
+
+
+def test_two_probes_readings_of_one_wait_are_matched_and_others_are_not():
+    wait = LongWait(tid=7, cpu=1, wait_ns=15 * MS, start_ns=1_000 * MS)
+    assert same_wait(wait, AttributedWait(7, 1, 15 * MS, 1_015 * MS + 30_000, ()))
+    assert not same_wait(wait, AttributedWait(8, 1, 15 * MS, 1_015 * MS, ()))
+    assert not same_wait(wait, AttributedWait(7, 1, 15 * MS, 1_515 * MS, ()))  # the next spin's wait
+
+
+def test_a_wait_attribution_could_see_waits_for_its_twin_and_one_it_could_not_is_ready_at_once():
+    matcher = AlarmMatcher(match_s=0.5)
+    seen = LongWait(7, 1, 15 * MS, 2_000 * MS)
+    before = LongWait(8, 1, 40 * MS, 500 * MS)
+    ready = matcher.add(10.0, [seen, before], [], attached_since_ns=1_000 * MS)
+    assert ready == [(before, None)]  # it began before the attributing probe was attached
+    twin = AttributedWait(7, 1, 15 * MS, 2_015 * MS, (("task", 99, 15 * MS),))
+    assert matcher.add(10.2, [], [twin], 1_000 * MS) == [(seen, twin)]
+    lonely = LongWait(7, 1, 12 * MS, 3_000 * MS)
+    assert matcher.add(10.3, [lonely], [], 1_000 * MS) == []
+    assert matcher.add(10.9, [], [], 1_000 * MS) == [(lonely, None)]  # no twin came in match_s: said without
+
+
+def test_waits_that_overlap_on_one_cpu_are_one_stall():
+    a, b = LongWait(1, 1, 15 * MS, 0), LongWait(2, 1, 14 * MS, 500_000)
+    c, d = LongWait(3, 0, 12 * MS, 0), LongWait(1, 1, 15 * MS, 500 * MS)
+    grouped = stalls([(b, None), (a, AttributedWait(1, 1, 15 * MS, 15 * MS, ())), (c, None), (d, None)])
+    assert [[w.tid for w, _ in g] for g in grouped] == [[3], [1, 2], [1]]
+    assert grouped[1][0][1] is not None  # the attributed wait leads its stall
+
+
+def test_alarms_past_the_burst_are_suppressed_and_counted_in_the_next_one():
+    gate = AlarmGate(burst=3, interval_s=10.0)
+    passed = [gate.allow(t * 0.5) for t in range(10)]  # a stall twice a second for 5 s
+    assert passed == [True, True, True] + [False] * 7
+    assert gate.allow(20.0) and gate.take_suppressed() == 7 and gate.suppressed_total == 7
+
+
+class FakeContinuous:
+    def __init__(self):
+        self.long: list[LongWait] = []
+        self.counts = np.zeros(FINE_BUCKETS, dtype=np.int64)
+        self.watched: set[int] = set()
+
+    def start(self, tids):
+        self.watched |= set(tids)
+
+    def watch(self, tids):
+        self.watched |= set(tids)
+
+    def long_waits(self):
+        taken, self.long = self.long, []
+        return taken
+
+    def totals(self):
+        return Totals(self.counts.copy(), int((self.counts * FINE_BUCKET_MIDDLES).sum()), 0, {1: 0}, 0, 0)
+
+    def stop(self):
+        pass
+
+
+class FakeAttributing:
+    def __init__(self):
+        self.attached, self.attaches, self.twins, self.held = False, 0, [], []
+        self.names = {}
+
+    def start(self, tids):
+        self.attached = True
+
+    def detach(self):
+        self.attached = False
+
+    def attach(self, tids):
+        self.attached, self.attaches = True, self.attaches + 1
+
+    def watch(self, tids):
+        pass
+
+    def attributed_waits(self):
+        taken, self.twins = self.twins, []
+        return taken
+
+    def holder_names(self):
+        return self.names
+
+    def attribution(self):
+        tail = [TailRecord("task", tid, bucket_of(5 * MS), ns) for _, _, tid, ns in self.held]
+        return Attribution([HeldRecord(cpu, kind, tid, ns) for cpu, kind, tid, ns in self.held], tail,
+                           {bucket_of(5 * MS): 40, bucket_of(50_000): 4000}, {}, self.names)
+
+    def stop(self):
+        pass
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def telemetry(tree):
+    tree.add_process(100, "model", threads=(101,), cmdline="python serve.py")
+    tree.add_process(555, "spin", cmdline="spin --hard")
+    events, clock = [], Clock()
+    continuous, attributing = FakeContinuous(), FakeAttributing()
+    made = Telemetry(tree.host, Target("pid", "100"), TelemetrySettings(window_s=20.0, holders_s=2.0), events.append,
+                     verified_p999_us=200.0, continuous=lambda alarm_ns: continuous,
+                     attributing=lambda alarm_ns: attributing, clock=clock)
+    made.start()
+    return made, continuous, attributing, events, clock
+
+
+def test_the_first_long_wait_is_an_alarm_at_once_and_the_next_names_what_held_the_cpu(telemetry):
+    made, continuous, attributing, events, clock = telemetry
+    assert continuous.watched == {100, 101} and not attributing.attached  # loaded, detached
+    clock.now = 1.0
+    continuous.long = [LongWait(101, 1, 15 * MS, 900 * MS)]
+    made.tick()
+    [first] = [e for e in events if e["event"] == "alarm"]
+    assert first["holders"] == [] and "attribution was off" in first["holders_note"]
+    assert attributing.attached and first["wait_us"] == 15_000 and first["cpu"] == 1 and first["pid"] == 100
+    clock.now = 1.5
+    begun = made._attached_since_ns
+    attributing.names = {555: {"comm": "spin\x1b[2J", "tgid": 555, "policy": 1}}
+    continuous.long = [LongWait(101, 1, 15 * MS, begun + 400 * MS)]
+    attributing.twins = [AttributedWait(101, 1, 15 * MS, begun + 415 * MS, (("task", 555, 14 * MS),
+                                                                             ("softirq", 1, MS // 2)))]
+    made.tick()
+    second = [e for e in events if e["event"] == "alarm"][1]
+    spin, timer = second["holders"]
+    assert (spin["pid"], spin["policy"], spin["held_us"]) == (555, "SCHED_OTHER:0", 14_000.0)  # policy read from /proc
+    assert spin["comm"] == "spin\\x1b[2J"  # a holder's name is printable text, never a terminal's command
+    assert timer == {"kind": "softirq", "held_us": 500.0, "softirq": "TIMER"}
+    assert "pid 555" in describe_event({**second, "time": 0})
+    clock.now = 40.0  # no long wait for attribution_s: detached again
+    made.tick()
+    assert not attributing.attached
+
+
+def test_a_window_past_the_verified_p999_gives_one_regressed_event_with_both_figures_and_the_holders(telemetry):
+    made, continuous, attributing, events, clock = telemetry
+    quiet = counts_of([50_000] * 1998 + [150_000] * 2)
+    stalled = counts_of([50_000] * 1990 + [5 * MS] * 10)
+    for second in range(1, 60):
+        clock.now = float(second)
+        continuous.counts = continuous.counts + (stalled if second > 25 else quiet)
+        if second == 30:
+            attributing.names = {555: {"comm": "spin", "tgid": 555, "policy": 1}}
+            attributing.held = [(1, "task", 555, 40 * MS), (1, "task", 101, 2 * MS)]
+        made.tick()
+    [regressed] = [e for e in events if e["event"] == "regressed"]
+    assert regressed["verified_p999_us"] == 200.0 and regressed["p999_us"] > 400.0
+    assert regressed["p999_us"] == pytest.approx(5000, rel=0.03) and regressed["waits"] >= 1000
+    assert attributing.attaches == 1  # attached for the holders, not before
+    top = regressed["holders"][0]
+    assert top["pid"] == 555 and top["share_of_worst_1pct"] > 0.9
+    assert not [e for e in events if e["event"] == "recovered"]
+    assert made.state.regressions == 1 and made.state.window.p999_us == regressed["p999_us"]
+
+
+def test_the_verified_p999_is_what_the_last_verdict_left():
+    applied = Applied("p", "/p.toml", "boot", 0.0, verified=[
+        {"outcome": "kept", "p999_without_us": 900.0, "p999_with_us": 300.0},
+        {"outcome": "reverted", "p999_without_us": 310.0, "p999_with_us": 4000.0}])
+    assert applied.verified_p999_us() == 310.0
+    later = Applied("p", "/p.toml", "boot", 0.0, verified=applied.verified,
+                    deferred_results=[{"outcome": "unchanged"}, {"outcome": "kept", "p999_with_us": 250.0}])
+    assert later.verified_p999_us() == 250.0
+    assert Applied("p", "/p.toml", "boot", 0.0).verified_p999_us() is None
+
+
+def test_apply_journals_each_verified_steps_figures_for_watch(tree, cli, profile_file, state_dir, monkeypatch):
+    from test_verify import FakeVerifier
+    from tuned_rl.core.agent import Agent
+    from tuned_rl.core.journal import Journal
+    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify: (FakeVerifier(True), ""))
+    tree.add_process(100, "model", cmdline="python serve.py")
+    profile = profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n')
+    status, out, _ = cli("apply", profile, "--json")
+    assert status == 0, out
+    applied = Journal(state_dir).applied()
+    [verdict] = applied.verified
+    assert (verdict["table"], verdict["outcome"], verdict["p999_with_us"]) == ("rt_runtime", "kept", 300.0)
+    assert applied.verified_p999_us() == 300.0
+    assert json.loads(out)["steps"][0]["after"]["p999_us"] == 300.0
+
+
+@pytest.mark.parametrize("target, says", [('name = "^model$"', "the kernel's probe measures only this machine"),
+                                          ("canary = true", "target is a canary")])
+def test_watch_says_when_and_why_it_does_not_measure(tree, cli, profile_file, state_dir, target, says):
+    from tuned_rl.core.agent import Agent
+    from tuned_rl.core.journal import Journal
+    from tuned_rl.core.plugin_host import load_plugins
+    from tuned_rl.watch.telemetry import telemetry_factory
+    from tuned_rl.watch.watcher import Watcher
+    assert cli("apply", profile_file(f"[target]\n{target}\n"), "--no-verify")[0] == 0
+    events = []
+    agent = Agent(load_plugins(), tree.host, Journal(state_dir))
+    watcher = Watcher(agent, events.append, telemetry_for=telemetry_factory(tree.host, events.append, 10.0, 300.0, 2.0))
+    assert watcher.load_applied()
+    [measuring] = [e for e in events if e["event"] == "measuring"]
+    assert measuring["target"] is None and says in measuring["reason"] and watcher.telemetry is None
