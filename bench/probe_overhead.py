@@ -2,7 +2,7 @@
 kernel, and a fixed job timed without the probe and with each of its programs, under two loads.
 
     .venv/bin/python bench/probe_overhead.py [--load storm|20k|both] [--rounds 20]
-        [--arms sched_info,empty-switch,raw,empty,classic,raw-events,classic-events,sched_info-events,attributing]
+        [--arms sched_info,empty-switch,raw,empty,classic,raw-events,classic-events,sched_info-events,attributing,watch]
 
 - storm: hackbench (rt-tests, -p -g 1 -l 10000), 100,000-200,000 context switches a second
   on this VM, every one of which passes through the probe's sched_switch handler; the job is
@@ -16,7 +16,9 @@ and "classic" attach the probe's programs to it (tuned_rl/measure/probes/bpf.py)
 runs them, each wait summed in a histogram in the kernel; "-events" arms hand each wait to user
 space through the ring buffer instead (as tuned-rl did before), "attributing" diagnose's program
 (the raw one, its waits summed in the kernel, plus attribution on every switch and on the four
-interrupt and softirq tracepoints: tuned_rl/measure/probes/attribution.py). "empty" attaches
+interrupt and softirq tracepoints: tuned_rl/measure/probes/attribution.py), "watch" the program
+`tuned-rl watch` keeps attached all the time (sched_info's, its totals only, each wait of 10 ms
+or more counted and handed over: tuned_rl/measure/probes/continuous.py). "empty" attaches
 programs that return at once to the raw program's five raw tracepoints, "empty-switch" to the
 sched_info program's three, to calibrate. Each round times the arms in
 rotated order. Printed per arm, as medians with quartiles over the rounds:
@@ -48,6 +50,7 @@ from tuned_rl.host import Host
 from tuned_rl.measure.canary import Canary, CanarySpec
 from tuned_rl.measure.probes.attribution import AttributingProbe
 from tuned_rl.measure.probes.bpf import _BPF_SYSCALL, BPF_OBJ_GET_INFO_BY_FD, BpfProbe
+from tuned_rl.measure.probes.continuous import ContinuousProbe
 
 HACKBENCH = ["hackbench", "-p", "-g", "1", "-l", "10000"]  # 40 tasks: steadier than many groups on 2 CPUs
 WAKER = ["cyclictest", "-q", "-t", "2", "-i", "200", "-D", "24h"]
@@ -127,6 +130,8 @@ def timed(arm: str, canary: Canary, job) -> tuple[float, int, int]:
         probe = EmptyPrograms(EmptyPrograms.SCHED_INFO)
     elif arm == "attributing":
         probe = AttributingProbe()
+    elif arm == "watch":
+        probe = ContinuousProbe(alarm_ns=10_000_000)  # as `tuned-rl watch --alarm-ms 10` runs it all the time
     else:
         variant, _, delivery = arm.partition("-")
         probe = BpfProbe(variant=variant, summed=delivery != "events")
@@ -137,7 +142,8 @@ def timed(arm: str, canary: Canary, job) -> tuple[float, int, int]:
         ns_after, runs_after = run_stats(probe)
         return seconds, ns_after - ns_before, runs_after - runs_before
     finally:
-        probe.drain()
+        if arm != "watch":
+            probe.drain()
         probe.stop()
 
 
@@ -172,7 +178,8 @@ def run(load: str, rounds: int, arms: list[str]) -> None:
         if waker:
             waker.terminate()
             waker.wait()
-    for arm, floor in (("sched_info", "empty-switch"), ("raw", "empty"), ("attributing", "raw")):
+    for arm, floor in (("sched_info", "empty-switch"), ("watch", "empty-switch"), ("raw", "empty"),
+                       ("attributing", "raw")):
         if arm in ratios and floor in ratios:
             net = [r - e for r, e in zip(per_run[arm], per_run[floor])]
             net_share = [r - e for r, e in zip(share[arm], share[floor])]

@@ -66,4 +66,16 @@ def test_a_failed_watch_is_started_again_a_few_times_then_left_failed():
             unit[key] = value
     assert unit["Restart"] == "on-failure" and unit["RestartSec"] == "10s"
     assert unit["StartLimitBurst"] == "3" and unit["StartLimitIntervalSec"] == "10min"
-    assert unit["ExecStart"] == "/usr/bin/tuned-rl watch"  # exit 0 (stopped, or rolled back): not restarted
+    assert unit["ExecStart"] == "/usr/bin/tuned-rl watch $TUNED_RL_WATCH_OPTIONS"  # exit 0 (stopped, or rolled back): not restarted
+
+
+def test_the_units_watch_takes_its_options_from_the_settings_file_and_serves_nothing_by_default():
+    from tuned_rl.cli import build_parser
+    text = UNIT.read_text()
+    assert "Environment=TUNED_RL_WATCH_OPTIONS=\n" in text  # no endpoint unless the settings name one
+    start = next(line for line in text.splitlines() if line.startswith("ExecStart="))[len("ExecStart="):]
+    assert start == "/usr/bin/tuned-rl watch $TUNED_RL_WATCH_OPTIONS"  # unbraced: systemd splits it into words
+    options = "--metrics-address 127.0.0.1:9464 --alarm-ms 5"  # what the Ansible role writes
+    args = build_parser().parse_args(start.split()[1:-1] + options.split())
+    assert (args.metrics_address, args.alarm_ms) == ("127.0.0.1:9464", 5.0)
+    assert build_parser().parse_args(["watch"]).metrics_address is None

@@ -32,7 +32,7 @@ Package: tuned-rl
 Version: $version
 Architecture: all
 Maintainer: tuned-rl developers <tuned-rl@localhost>
-Depends: python3 (>= 3.9), python3-bpfcc, python3-pluggy, python3-psutil, python3-pyroute2, python3-numpy, python3-tomli | python3 (>= 3.11)
+Depends: python3 (>= 3.9), python3-bpfcc, python3-pluggy, python3-psutil, python3-pyroute2, python3-numpy, python3-prometheus-client, python3-tomli | python3 (>= 3.11)
 Recommends: linux-headers-amd64 | linux-headers-arm64
 Section: admin
 Priority: optional

@@ -32,6 +32,9 @@ def play(tmp_path, *options, state="present") -> dict:
     tuned_rl_profile_path: {tmp_path / "profile.toml"}
     tuned_rl_state_dir: {tmp_path / "state"}
     tuned_rl_state: {state}
+    tuned_rl_defaults_file: {tmp_path / "default"}
+    tuned_rl_metrics_address: "127.0.0.1:9464"
+    tuned_rl_alarm_ms: 5
     tuned_rl_profile_content: |
       [profile]
       name = "ansible-test"
@@ -68,8 +71,12 @@ def test_check_diff_apply_idempotence_and_absent(tmp_path):
         diff = play(tmp_path, "--check", "--diff")["output"]  # Ansible prints the module's diff
         assert f"-/proc/sys/kernel/printk_ratelimit = {original}" in diff  # the live value
         assert f"+/proc/sys/kernel/printk_ratelimit = {int(original) + 1}" in diff
+        assert not tmp_path.joinpath("default").exists()  # check mode wrote no settings either
         applied = play(tmp_path)
         assert applied["module"]["changed"] and SYSCTL.read_text().strip() == str(int(original) + 1)
+        # the unit's watch is told to serve metrics and alarm at 5 ms (the role's defaults: no endpoint)
+        assert tmp_path.joinpath("default").read_text() == \
+            'TUNED_RL_WATCH_OPTIONS="--alarm-ms 5.0 --metrics-address 127.0.0.1:9464"\n'
         assert [s["outcome"] for s in applied["module"]["steps"]] == ["applied"]
         again = play(tmp_path)
         assert again["changed"] == 0 and not again["module"]["changed"]

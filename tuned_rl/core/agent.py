@@ -324,6 +324,8 @@ class Agent:
         report["deferred"] = applied.deferred if applied else []
         report["deferred_results"] = applied.deferred_results if applied else []
         report["awaiting"] = applied.awaiting if applied else []
+        report["verified"] = applied.verified if applied else []
+        report["verified_p999_us"] = applied.verified_p999_us() if applied else None  # what watch compares with
         report["watched"] = [{"plugin": r.plugin, "step": r.step, "at": r.written_at, "changes": len(r.changes),
                               "pids": sorted({c.task.pid for c in r.changes if c.task is not None})}
                              for r in trusted if r.by == "watch"]

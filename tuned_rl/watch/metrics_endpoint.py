@@ -132,13 +132,13 @@ class WatchCollector:
                                        "The target's run-queue latency over the sliding window (--regressed-window-seconds).",
                                        labels=["target", "quantile"])
             if state.window is not None and state.window.waits:
-                window.add_metric([f.target, "0.99"], state.window.p99_us / 1e6)
-                window.add_metric([f.target, "0.999"], state.window.p999_us / 1e6)
+                window.add_metric([f.target, "0.99"], round(state.window.p99_us / 1e6, 9))
+                window.add_metric([f.target, "0.999"], round(state.window.p999_us / 1e6, 9))
             yield window
             if state.verified_p999_us:
                 yield _gauge(GaugeMetricFamily, "tuned_rl_verified_p999_seconds",
                              "The target's p999 as the profile's last verified step left it.", target,
-                             state.verified_p999_us / 1e6)
+                             round(state.verified_p999_us / 1e6, 9))
             yield _counter(CounterMetricFamily, "tuned_rl_attribution_attached_seconds",
                            "Time the attributing probe ran (around long waits and regressions).", target,
                            state.attribution_attached_s)

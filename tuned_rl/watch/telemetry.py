@@ -160,7 +160,7 @@ class Telemetry:
         attributed = self.attributing.attributed_waits() if self._attached_since_ns is not None else []
         if waits:
             self._last_long = now
-            self._attach(now, "a long wait")
+            self._attach(now)
         for stall in stalls(self.matcher.add(now, waits, attributed, self._attached_since_ns)):
             self._alarm(stall)
         if now >= self._next_read:
@@ -191,7 +191,7 @@ class Telemetry:
             if self._attached_since_ns is not None and now - self._attached_at >= self.settings.holders_s:
                 self._report_regression(_Regression(figures, now, self._attached_since_ns))
             else:
-                self._attach(now, "a regression")
+                self._attach(now)
                 self._regression = _Regression(figures, now + self.settings.holders_s, began)
         elif verdict == "recovered":
             self.emit({"event": "recovered", "target": str(self.target), "p999_us": figures.p999_us,
@@ -200,7 +200,7 @@ class Telemetry:
 
     # -- attribution ----------------------------------------------------------------
 
-    def _attach(self, now: float, why: str) -> None:
+    def _attach(self, now: float) -> None:
         if self.attributing is None or self._attached_since_ns is not None:
             return
         self.attributing.attach(self.tids)
@@ -294,7 +294,10 @@ def _short(holder: dict) -> dict:
     """A ranked holder as the regressed event carries it: who, and its shares (text made printable)."""
     keep = ("kind", "holder", "role", "name", "pid", "user", "cgroup", "policy", "share_of_wait",
             "share_of_worst_1pct", "wait_ms", "tail_ms")
-    return {k: printable(v) if isinstance(v, str) else v for k, v in holder.items() if k in keep}
+    short = {k: printable(v) if isinstance(v, str) else v for k, v in holder.items() if k in keep}
+    if holder["kind"] == "task" and "pid" not in short:  # exited before it could be looked up
+        short["pid"] = int(holder["holder"].split()[1])
+    return short
 
 
 def telemetry_factory(host: Host, emit: Callable[[dict], None], alarm_ms: float, window_s: float, factor: float

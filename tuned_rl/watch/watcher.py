@@ -32,7 +32,7 @@ FOLLOW_UP_SECONDS = (1.0, 5.0)
 # processes a rescan reads 32,000 /proc files, and watch's idle cost must stay small.
 RESCAN_CPU_BUDGET = 0.002
 OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
-TELEMETRY_PASS_S = 0.25  # with the target measured, a pass at least this often: an alarm within a second
+TELEMETRY_PASS_S = 0.5  # with the target measured, a pass at least this often: an alarm within a second
 
 
 class NothingApplied(RuntimeError):
@@ -121,10 +121,12 @@ class Watcher:
             self.emit({"event": "measuring", "target": None, "reason": f"not measuring: {why}"})
             return
         verified = telemetry.regression.verified_p999_us if telemetry.regression else None
+        notes = telemetry.notes + ([] if verified else ["no regressed check: no step of this profile was verified on a "
+                                                        "measurement"])
         self.emit({"event": "measuring", "target": str(telemetry.target), "threads": len(telemetry.tids),
                    "alarm_ms": telemetry.settings.alarm_ms, "verified_p999_us": verified,
                    "regressed_if_p999_over_us": round(telemetry.regression.limit_us, 1) if verified else None,
-                   "window_s": telemetry.settings.window_s, "notes": telemetry.notes})
+                   "window_s": telemetry.settings.window_s, "notes": notes})
 
     def stop_telemetry(self) -> None:
         if self.telemetry is not None:
