@@ -264,6 +264,8 @@ def test_watch_says_when_and_why_it_does_not_measure(tree, cli, profile_file, st
     agent = Agent(load_plugins(), tree.host, Journal(state_dir))
     watcher = Watcher(agent, events.append, telemetry_for=telemetry_factory(tree.host, events.append, 10.0, 300.0, 2.0))
     assert watcher.load_applied()
+    assert not [e for e in events if e["event"] == "measuring"]  # started by the loop, outside any lock
+    watcher.refresh_telemetry()
     [measuring] = [e for e in events if e["event"] == "measuring"]
     assert measuring["target"] is None and says in measuring["reason"] and watcher.telemetry is None
 
@@ -328,3 +330,21 @@ def test_on_recorded_windows_neighbours_that_start_after_verification_are_regres
     assert regressed["window_s"] == pytest.approx(300, abs=1) and regressed["waits"] > 1_000_000
     top = regressed["holders"][0]
     assert (top["pid"], top["name"], top["role"]) == (900, "archiver", "exited")  # it is not in the tree
+
+
+def test_a_measurement_that_fails_ends_the_measuring_and_watch_goes_on(telemetry, tree, state_dir):
+    from tuned_rl.core.agent import Agent
+    from tuned_rl.core.journal import Journal
+    from tuned_rl.core.plugin_host import load_plugins
+    from tuned_rl.watch.watcher import Watcher
+    made, continuous, _, _, _ = telemetry
+    events = []
+    watcher = Watcher(Agent(load_plugins(), tree.host, Journal(state_dir)), events.append)
+    watcher.telemetry = made
+
+    def broken():
+        raise Exception("Failed to read map")  # as BCC raises it
+    continuous.long_waits = broken
+    watcher.tick_telemetry()
+    assert watcher.telemetry is None
+    assert events == [{"event": "measuring", "target": None, "reason": "stopped measuring: Failed to read map"}]

@@ -60,6 +60,7 @@ class Watcher:
         # telemetry.Telemetry, or why there is none (text); None: not asked for.
         self.telemetry_for = telemetry_for
         self.telemetry = None
+        self.telemetry_due = False
         self.emit = emit
         self.rescan_seconds = rescan_seconds
         self.warm_up_seconds = warm_up_seconds
@@ -100,11 +101,16 @@ class Watcher:
             self.unchanged.clear()  # another profile: every process is judged afresh
             self._note_journaled(r.changes for r in self.agent.journal.records())
             self.emit({"event": "watching", "profile": profile.name, "path": applied.path})
-            self._start_telemetry()
+            # Started by the loop, outside the lock this may be called under: loading the probes
+            # compiles them (about 2 s), and an apply or rollback must not wait for that.
+            self.telemetry_due = True
         return True
 
-    def _start_telemetry(self) -> None:
-        """(Re)start the measurement of the target for the profile just loaded, and say what it measures."""
+    def refresh_telemetry(self) -> None:
+        """(Re)start the measurement of the target for the profile last loaded, and say what it measures."""
+        if not self.telemetry_due:
+            return
+        self.telemetry_due = False
         self.stop_telemetry()
         if self.telemetry_for is None:
             return
@@ -113,7 +119,7 @@ class Watcher:
         if telemetry is not None:
             try:
                 telemetry.start()
-            except (ProbeError, TargetError) as err:
+            except (ProbeError, TargetError, OSError) as err:
                 telemetry.stop()
                 telemetry, why = None, f"the probe cannot run: {err}"
         self.telemetry = telemetry
@@ -132,6 +138,17 @@ class Watcher:
         if self.telemetry is not None:
             self.telemetry.stop()
             self.telemetry = None
+
+    def tick_telemetry(self) -> None:
+        """One pass of the measurement. A failure of it (a map the kernel would not read) ends the
+        measuring, never watch: keeping the profile in force for late processes comes first."""
+        if self.telemetry is None:
+            return
+        try:
+            self.telemetry.tick()
+        except Exception as err:  # noqa: BLE001 - BCC raises bare Exception; any failure here is the probe's
+            self.stop_telemetry()
+            self.emit({"event": "measuring", "target": None, "reason": f"stopped measuring: {err}"})
 
     # -- one pass ---------------------------------------------------------------
 
@@ -402,14 +419,15 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
         raise NothingApplied("no profile is applied: run `tuned-rl apply PROFILE` first, then watch")
     lost_seen = source.lost
     try:
+        watcher.refresh_telemetry()
         watcher.rescan("start")  # what started between the apply and now
         next_rescan = time.monotonic() + watcher.next_rescan_in
         next_check = time.monotonic()
         while not stopping():
             longest = TELEMETRY_PASS_S if watcher.telemetry is not None else 1.0
             watcher.note_events(source.read(timeout=min(longest, max(0.0, next_rescan - time.monotonic()))))
-            if watcher.telemetry is not None:
-                watcher.telemetry.tick()
+            watcher.refresh_telemetry()
+            watcher.tick_telemetry()
             if source.lost != lost_seen:
                 watcher.stats.lost += source.lost - lost_seen
                 watcher.emit({"event": "lost", "overflows": source.lost - lost_seen, "total": source.lost})
