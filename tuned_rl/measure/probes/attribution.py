@@ -450,25 +450,13 @@ class AttributingProbe(BpfProbe):
                       b"start", b"latency_hist", b"latency_max"):
             self._bpf[table].clear()
         tids = set(tids)
-        self._unwatch(self._watched - tids)  # exited while no program followed them: their ids may be reused
+        self._watch_bitmap(self._watched - tids, watched_bits=False)  # exited while no program ran: ids reused
         self._watched &= tids
         self.watch(tids)
         self._attributed = []
         for tracepoint, function in self._detached:
             self._bpf.attach_raw_tracepoint(tp=tracepoint, fn_name=function)
         self._detached = []
-
-    def _unwatch(self, tids: set[int]) -> None:
-        watched = self._bpf[b"watched"]
-        words: dict[int, int] = {}
-        for tid in tids:
-            words[tid >> 6] = words.get(tid >> 6, 0) | 1 << (tid & 63)
-        for index, bits in words.items():
-            key = ctypes.c_int(index)
-            try:
-                watched[key] = ctypes.c_uint64(watched[key].value & ~bits & (2 ** 64 - 1))
-            except (KeyError, IndexError):
-                continue
 
     def _on_attributed(self, ctx, data, size) -> None:
         record = ctypes.cast(data, ctypes.POINTER(_AttributedWaitRecord)).contents

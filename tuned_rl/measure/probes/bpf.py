@@ -613,7 +613,8 @@ class BpfProbe(LatencyProbe):
             maybe[ctypes.c_int(tid & 0xFFFF)] = ctypes.c_uint8(1)
             targets[ctypes.c_uint32(tid)] = ctypes.c_uint8(1)
 
-    def _watch_bitmap(self, tids: set[int]) -> None:
+    def _watch_bitmap(self, tids: set[int], watched_bits: bool = True) -> None:
+        """Set (or, ``watched_bits`` False, clear) the bits of ``tids`` in the watched-threads bitmap."""
         watched = self._bpf[b"watched"]
         words: dict[int, int] = {}
         for tid in tids:
@@ -624,7 +625,7 @@ class BpfProbe(LatencyProbe):
                 current = watched[key].value  # read first: the kernel sets and clears bits as tasks fork and exit
             except (KeyError, IndexError):
                 continue  # a thread id beyond pid_max cannot exist
-            watched[key] = ctypes.c_uint64(current | bits)
+            watched[key] = ctypes.c_uint64(current | bits if watched_bits else current & ~bits & (2 ** 64 - 1))
 
     def drain(self) -> Waits:
         if self.summed:
