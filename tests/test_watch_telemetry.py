@@ -15,8 +15,8 @@ from tuned_rl.measure.probes.bpf import FINE_BUCKET_MIDDLES, FINE_BUCKETS
 from tuned_rl.measure.probes.continuous import LongWait, Totals
 from tuned_rl.measure.stats import quantile
 from tuned_rl.measure.targets import Target
-from tuned_rl.watch.alarms import (AlarmGate, AlarmMatcher, RegressionWatch, TailWindow, WindowFigures, quantile_ns,
-                                   same_wait, stalls)
+from tuned_rl.measure.stats import quantile_ns
+from tuned_rl.watch.alarms import AlarmGate, AlarmMatcher, RegressionWatch, TailWindow, WindowFigures, same_wait, stalls
 from tuned_rl.watch.telemetry import Telemetry, TelemetrySettings, describe_event
 
 MS = 1_000_000

@@ -45,6 +45,20 @@ def summarize(values_ns: np.ndarray) -> Summary:
                    us(quantile(values, 0.999)), us(float(values.max())))
 
 
+def quantile_ns(counts: np.ndarray, middles: np.ndarray, q: float) -> int:
+    """Nearest-rank quantile of a histogram (counts per bucket), as the bucket's middle; 0 if empty.
+
+    The same rank ``quantile`` takes of the waits themselves, so a window's
+    p999 here and the p999 a step was verified at are the same statistic.
+    """
+    total = int(counts.sum())
+    if total <= 0:
+        return 0
+    rank = max(int(np.ceil(q * total)) - 1, 0)
+    bucket = int(np.searchsorted(np.cumsum(counts), rank, side="right"))
+    return int(middles[min(bucket, len(middles) - 1)])
+
+
 def format_us(us: float) -> str:
     """2.4 ms, 83 µs, 1.2 s: the unit people read latencies in."""
     if us != us:  # NaN

@@ -15,6 +15,7 @@ import numpy as np
 
 from tuned_rl.measure.probes.attribution import AttributedWait
 from tuned_rl.measure.probes.continuous import LongWait
+from tuned_rl.measure.stats import quantile_ns
 
 MATCH_SLACK_NS = 2_000_000  # two probes' readings of one wait's end differ by microseconds; this is ample
 MIN_WINDOW_WAITS = 1000  # a p999 of fewer waits rests on no wait at all
@@ -107,20 +108,6 @@ class AlarmGate:
         """Suppressed since the last alarm let through (reported in the next one), and reset."""
         taken, self.suppressed = self.suppressed, 0
         return taken
-
-
-def quantile_ns(counts: np.ndarray, middles: np.ndarray, q: float) -> int:
-    """Nearest-rank quantile of a histogram (counts per bucket), as the bucket's middle; 0 if empty.
-
-    The same rank `measure` uses on its waits (tuned_rl.measure.stats.quantile), so a window's
-    p999 here and the p999 a step was verified at are the same statistic.
-    """
-    total = int(counts.sum())
-    if total <= 0:
-        return 0
-    rank = max(int(np.ceil(q * total)) - 1, 0)
-    bucket = int(np.searchsorted(np.cumsum(counts), rank, side="right"))
-    return int(middles[min(bucket, len(middles) - 1)])
 
 
 @dataclass(frozen=True)
