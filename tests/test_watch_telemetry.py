@@ -134,7 +134,7 @@ class FakeAttributing:
         self.attached = False
 
     def attach(self, tids):
-        self.attached, self.attaches = True, self.attaches + 1
+        self.attached, self.attaches, self.attached_tids = True, self.attaches + 1, set(tids)
 
     def watch(self, tids):
         pass
@@ -176,15 +176,17 @@ def telemetry(tree):
     return made, continuous, attributing, events, clock
 
 
-def test_the_first_long_wait_is_an_alarm_at_once_and_the_next_names_what_held_the_cpu(telemetry):
+def test_the_first_long_wait_is_an_alarm_at_once_and_the_next_names_what_held_the_cpu(telemetry, tree):
     made, continuous, attributing, events, clock = telemetry
     assert continuous.watched == {100, 101} and not attributing.attached  # loaded, detached
+    tree.add_process(100, "model", threads=(101, 102), cmdline="python serve.py")  # a thread started since
     clock.now = 1.0
     continuous.long = [LongWait(101, 1, 15 * MS, 900 * MS)]
     made.tick()
     [first] = [e for e in events if e["event"] == "alarm"]
     assert first["holders"] == [] and "attribution was off" in first["holders_note"]
     assert attributing.attached and first["wait_us"] == 15_000 and first["cpu"] == 1 and first["pid"] == 100
+    assert attributing.attached_tids == {100, 101, 102}  # the threads it has when attribution is attached
     clock.now = 1.5
     begun = made._attached_since_ns
     attributing.names = {555: {"comm": "spin\x1b[2J", "tgid": 555, "policy": 1}}

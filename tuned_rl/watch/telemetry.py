@@ -203,8 +203,22 @@ class Telemetry:
     def _attach(self, now: float) -> None:
         if self.attributing is None or self._attached_since_ns is not None:
             return
+        # The threads the target has now: the continuous probe followed its forks in the kernel, and
+        # threads a process started after watch first saw it are not in self.tids.
+        self.add_tids(self._current_tids())
         self.attributing.attach(self.tids)
         self._attached_since_ns, self._attached_at = time.monotonic_ns(), now
+
+    def _current_tids(self) -> set[int]:
+        if self.target.kind != "name":
+            return resolve_tids(self.host, self.target)
+        tids: set[int] = set()
+        for pid in list(self.pids):
+            try:
+                tids |= self.host.thread_ids(pid)
+            except (TaskGone, OSError):
+                self.pids.discard(pid)
+        return tids
 
     def _detach(self, now: float) -> None:
         self.attributing.detach()
@@ -230,9 +244,14 @@ class Telemetry:
             event["holder_cpu"] = twin.cpu
         else:
             event["holders"] = []
-            event["holders_note"] = ("not known: attribution was off when this wait began; it runs now, and names "
-                                     f"the holders of the long waits in the next {self.settings.attribution_s:g} s"
-                                     if self.attributing is not None else self.notes[0] if self.notes else "")
+            if self.attributing is None:
+                event["holders_note"] = self.notes[0] if self.notes else ""
+            elif self._attached_since_ns is not None and self._attached_since_ns <= wait.start_ns:
+                event["holders_note"] = ("not known: the attributing probe ran but did not see this wait (the thread "
+                                         "was new to it, or changed CPU while it waited)")
+            else:
+                event["holders_note"] = ("not known: attribution was off when this wait began; it runs now, and names "
+                                         f"the holders of the long waits in the next {self.settings.attribution_s:g} s")
         self.emit(event)
 
     def _thread(self, tid: int) -> dict:
