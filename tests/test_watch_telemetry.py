@@ -16,7 +16,8 @@ from tuned_rl.measure.probes.continuous import LongWait, Totals
 from tuned_rl.measure.stats import quantile
 from tuned_rl.measure.targets import Target
 from tuned_rl.measure.stats import quantile_ns
-from tuned_rl.watch.alarms import AlarmGate, AlarmMatcher, RegressionWatch, TailWindow, WindowFigures, same_wait, stalls
+from tuned_rl.watch.alarms import (AlarmGate, AlarmMatcher, HolderGates, RegressionWatch, TailWindow, WindowFigures,
+                                   same_wait, stalls)
 from tuned_rl.watch.telemetry import Telemetry, TelemetrySettings, describe_event
 
 MS = 1_000_000
@@ -97,6 +98,16 @@ def test_alarms_past_the_burst_are_suppressed_and_counted_in_the_next_one():
     passed = [gate.allow(t * 0.5) for t in range(10)]  # a stall twice a second for 5 s
     assert passed == [True, True, True] + [False] * 7
     assert gate.allow(20.0) and gate.take_suppressed() == 7 and gate.suppressed_total == 7
+
+
+def test_a_new_holder_is_said_while_anothers_stalls_are_held_back_and_all_of_them_are_capped():
+    gates = HolderGates(burst=3, interval_s=10.0, total_burst=10, total_interval_s=1.0)
+    said = [gates.allow(t * 0.1, "unknown") for t in range(8)]  # the workload's own start-up stalls
+    assert said == [True, True, True] + [False] * 5
+    assert gates.allow(1.0, "pid 555")  # the neighbour that follows is named at once
+    assert gates.take_suppressed("unknown") == 5 and gates.suppressed_total == 5
+    flood = [gates.allow(2.0, f"irq {n}") for n in range(20)]  # 20 holders at once: the total caps them
+    assert sum(flood) < 10 and gates.suppressed_total == 5 + flood.count(False)
 
 
 class FakeContinuous:

@@ -10,6 +10,9 @@ changes nothing (the first two scenarios) or removes a FIFO neighbour (the third
   long after its first spin the first alarm naming its pid came, and how many alarms named it.
   Then the same helper is made SCHED_IDLE (it gives way to every wake-up at once) for 30 s: an
   alarm then is a false one (``quiet_alarms``).
+- ``provisioned``: as at provisioning, watch starts before the workload; the workload starts, and
+  3 s later the FIFO helper: whether an alarm names it (the workload's own start-up stalls, five
+  Python processes on one CPU, come first and may take the rate limit's first alarms).
 - ``metrics``: no helper; /metrics is scraped before and after a 20 s `tuned-rl measure` of the
   same target, and the p99 / p999 of the histogram's difference are set beside measure's.
 - ``regressed``: apply verifies a step on the quiet workload; then the helper starts SCHED_FIFO
@@ -17,7 +20,7 @@ changes nothing (the first two scenarios) or removes a FIFO neighbour (the third
   "regressed" with both figures and the holders. (Every 0.5 s, as the alarm's helper, is too rare
   for a 20 s window of 200,000 waits: 40 stalls of 2-4 waits each, under its 0.1%.)
 
-    sudo .venv/bin/python bench/scenarios/watch_alarm.py [--scenario alarm|metrics|regressed] [--runs N]
+    sudo .venv/bin/python bench/scenarios/watch_alarm.py [--scenario alarm|provisioned|metrics|regressed] [--runs N]
 """
 
 from __future__ import annotations
@@ -113,6 +116,8 @@ def run(state_dir: Path, scenario: str = "alarm", seconds: float = 30.0) -> Alar
     result = AlarmRun(scenario)
     state_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    if scenario == "provisioned":
+        return _provisioned(state_dir, result)
     with processes([workload_command(CPU)]):
         time.sleep(2)  # past its start-up
         if scenario == "regressed":
@@ -140,6 +145,26 @@ def run(state_dir: Path, scenario: str = "alarm", seconds: float = 30.0) -> Alar
             watch.send_signal(signal.SIGTERM)
             result.watch_exit = watch.wait(30)
             rollback(state_dir)
+    _count_alarms(result)
+    return result
+
+
+def _provisioned(state_dir: Path, result: AlarmRun) -> AlarmRun:
+    apply_profile(PROFILE, state_dir)  # no workload yet
+    watch = start_watch(state_dir, result.events, args=("--alarm-ms", "10"))
+    try:
+        wait_for(lambda: any(e["event"] == "measuring" for e in result.events), 20, "watch to measure")
+        with processes([workload_command(CPU)]):
+            time.sleep(3)
+            with processes([helper_command("fifo", 15, 0.5)]) as (helper,):
+                result.helper_pid = helper.pid
+                result.first_spin_at = time.time() + 0.5
+                time.sleep(4)
+            time.sleep(1)
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        result.watch_exit = watch.wait(30)
+        rollback(state_dir)
     _count_alarms(result)
     return result
 
@@ -214,7 +239,7 @@ def _regressed(state_dir: Path, result: AlarmRun) -> AlarmRun:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=("alarm", "metrics", "regressed"), default="alarm")
+    parser.add_argument("--scenario", choices=("alarm", "provisioned", "metrics", "regressed"), default="alarm")
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     for index in range(args.runs):

@@ -110,6 +110,37 @@ class AlarmGate:
         return taken
 
 
+class HolderGates:
+    """Alarms rate-limited per holder (the pid, IRQ or softirq that held the CPU longest; "unknown"
+    when attribution did not see the wait): a stall behind a holder not seen before is always said,
+    even while another holder's stalls are being held back (a workload's own start-up must not hide
+    the neighbour that follows it). All holders together: at most ``total_burst`` at once, then one
+    per ``total_interval_s``."""
+
+    def __init__(self, burst: int = 3, interval_s: float = 10.0, total_burst: int = 10, total_interval_s: float = 1.0):
+        self.burst, self.interval_s = burst, interval_s
+        self.gates: dict[str, AlarmGate] = {}
+        self.total = AlarmGate(total_burst, total_interval_s)
+        self.suppressed_total = 0
+        self.passed_total = 0
+
+    def allow(self, now: float, holder: str) -> bool:
+        gate = self.gates.setdefault(holder, AlarmGate(self.burst, self.interval_s))
+        if not gate.allow(now):  # (the holder's gate counts it as suppressed)
+            self.suppressed_total += 1
+            return False
+        if not self.total.allow(now):
+            gate.suppressed += 1  # counted on the holder: its next alarm reports it
+            self.suppressed_total += 1
+            return False
+        self.passed_total += 1
+        return True
+
+    def take_suppressed(self, holder: str) -> int:
+        """This holder's alarms suppressed since its last one (reported in the next), and reset."""
+        return self.gates[holder].take_suppressed() if holder in self.gates else 0
+
+
 @dataclass(frozen=True)
 class WindowFigures:
     seconds: float

@@ -27,7 +27,7 @@ from tuned_rl.measure.probes.base import ProbeError
 from tuned_rl.measure.probes.bpf import FINE_BUCKET_MIDDLES
 from tuned_rl.measure.probes.continuous import ContinuousProbe, LongWait, Totals
 from tuned_rl.measure.targets import Target, resolve_pids, resolve_tids
-from tuned_rl.watch.alarms import AlarmGate, AlarmMatcher, RegressionWatch, TailWindow, WindowFigures, stalls
+from tuned_rl.watch.alarms import AlarmMatcher, HolderGates, RegressionWatch, TailWindow, WindowFigures, stalls
 
 READ_S = 1.0  # the kernel's totals are read this often
 REFRESH_S = 1.0  # a cgroup or unit target's threads are looked up again this often (a name target's: by watch)
@@ -89,7 +89,7 @@ class Telemetry:
         self.window = TailWindow(settings.window_s, FINE_BUCKET_MIDDLES)
         self.regression = RegressionWatch(verified_p999_us, settings.factor) if verified_p999_us else None
         self.matcher = AlarmMatcher()
-        self.gate = AlarmGate(settings.alarm_burst, settings.alarm_interval_s)
+        self.gate = HolderGates(settings.alarm_burst, settings.alarm_interval_s)
         self.state = TelemetryState(verified_p999_us=verified_p999_us)
         self._next_read = 0.0
         self._next_refresh = 0.0
@@ -228,18 +228,20 @@ class Telemetry:
     # -- events ---------------------------------------------------------------------
 
     def _alarm(self, stall: list[tuple[LongWait, AttributedWait | None]]) -> None:
-        """One alarm for one stall: its longest wait attributed (or, with none attributed, its longest)."""
-        if not self.gate.allow(self.clock()):
-            return
+        """One alarm for one stall: its longest wait attributed (or, with none attributed, its longest);
+        rate-limited per holder (the one that held the CPU longest)."""
         wait, twin = stall[0]
+        names = self.attributing.holder_names() if twin is not None else {}
+        parts = sorted(twin.parts, key=lambda part: -part[2]) if twin is not None else []
+        who = _holder_key(parts[0], names) if parts else "unknown"
+        if not self.gate.allow(self.clock(), who):
+            return
         event = {"event": "alarm", "target": str(self.target), "wait_us": round(wait.wait_ns / 1000, 1),
                  "threshold_us": round(self.settings.alarm_ns / 1000, 1), "tid": wait.tid, "cpu": wait.cpu,
                  **self._thread(wait.tid), "threads_stalled": len(stall), "longest_us":
-                 round(max(w.wait_ns for w, _ in stall) / 1000, 1), "suppressed": self.gate.take_suppressed()}
+                 round(max(w.wait_ns for w, _ in stall) / 1000, 1), "suppressed": self.gate.take_suppressed(who)}
         if twin is not None:
-            names = self.attributing.holder_names()
-            event["holders"] = [self._holder(kind, ident, ns, names) for kind, ident, ns in
-                                sorted(twin.parts, key=lambda part: -part[2])]
+            event["holders"] = [self._holder(kind, ident, ns, names) for kind, ident, ns in parts]
             event["not_attributed_us"] = round(twin.not_attributed_ns / 1000, 1)
             event["holder_cpu"] = twin.cpu
         else:
@@ -307,6 +309,14 @@ class Telemetry:
             event["holders_seconds"] = round((time.monotonic_ns() - regression.began_ns) / 1e9, 1)
             event["holders_latency"] = attribution.latency_summary()
         self.emit(event)
+
+
+def _holder_key(part: tuple[str, int, int], names: dict[int, dict]) -> str:
+    """Who a wait's main holder is, for the rate limit: a process, an IRQ line, a softirq vector, idle."""
+    kind, ident, _ = part
+    if kind == "task":
+        return f"pid {int(names.get(ident, {}).get('tgid') or ident)}"
+    return f"{kind} {ident}"
 
 
 def _short(holder: dict) -> dict:
