@@ -122,6 +122,9 @@ class FakeContinuous:
     def watch(self, tids):
         self.watched |= set(tids)
 
+    def forget(self, tids):
+        self.watched -= set(tids)
+
     def long_waits(self):
         taken, self.long = self.long, []
         return taken
@@ -361,3 +364,17 @@ def test_a_measurement_that_fails_ends_the_measuring_and_watch_goes_on(telemetry
     watcher.tick_telemetry()
     assert watcher.telemetry is None
     assert events == [{"event": "measuring", "target": None, "reason": "stopped measuring: Failed to read map"}]
+
+
+def test_threads_that_exit_are_forgotten_and_new_ones_measured(telemetry, tree):
+    import shutil
+    made, continuous, _, _, clock = telemetry
+    shutil.rmtree(tree.host.path("/proc/100/task/101"))  # a thread exited
+    tree.add_process(100, "model", threads=(103,), cmdline="python serve.py")  # and another started
+    clock.now = 2.0
+    made.tick()
+    assert made.tids == {100, 103} and continuous.watched == {100, 103}
+    shutil.rmtree(tree.host.path("/proc/100"))  # the process exited
+    clock.now = 4.0
+    made.tick()
+    assert made.tids == set() and made.pids == set()

@@ -26,11 +26,11 @@ from tuned_rl.measure.probes.attribution import AttributedWait, AttributingProbe
 from tuned_rl.measure.probes.base import ProbeError
 from tuned_rl.measure.probes.bpf import FINE_BUCKET_MIDDLES
 from tuned_rl.measure.probes.continuous import ContinuousProbe, LongWait, Totals
-from tuned_rl.measure.targets import Target, resolve_pids, resolve_tids
+from tuned_rl.measure.targets import Target, TargetError, resolve_pids, resolve_tids
 from tuned_rl.watch.alarms import AlarmMatcher, HolderGates, RegressionWatch, TailWindow, WindowFigures, stalls
 
 READ_S = 1.0  # the kernel's totals are read this often
-REFRESH_S = 1.0  # a cgroup or unit target's threads are looked up again this often (a name target's: by watch)
+REFRESH_S = 1.0  # the target's threads are looked up again this often (its processes' task lists, or its cgroup's)
 POLICY_NAMES = {0: "SCHED_OTHER", 1: "SCHED_FIFO", 2: "SCHED_RR", 3: "SCHED_BATCH", 5: "SCHED_IDLE", 6: "SCHED_DEADLINE"}
 TOP_HOLDERS = 5
 
@@ -153,9 +153,9 @@ class Telemetry:
         if self.continuous is None:
             return
         now = self.clock()
-        if self.target.kind in ("cgroup", "unit") and now >= self._next_refresh:
+        if now >= self._next_refresh:
             self._next_refresh = now + REFRESH_S
-            self.add_tids(resolve_tids(self.host, self.target))
+            self._refresh_tids()
         waits = self.continuous.long_waits()
         attributed = self.attributing.attributed_waits() if self._attached_since_ns is not None else []
         if waits:
@@ -203,21 +203,35 @@ class Telemetry:
     def _attach(self, now: float) -> None:
         if self.attributing is None or self._attached_since_ns is not None:
             return
-        # The threads the target has now: the continuous probe followed its forks in the kernel, and
-        # threads a process started after watch first saw it are not in self.tids.
-        self.add_tids(self._current_tids())
+        self._refresh_tids()  # the threads the target has now
         self.attributing.attach(self.tids)
         self._attached_since_ns, self._attached_at = time.monotonic_ns(), now
 
+    def _refresh_tids(self) -> None:
+        """Look the target's threads up again: add those it started (the continuous probe followed
+        forks in the kernel; user space had the threads of each process as first seen), and forget
+        those that exited (a node runs for months: the set must not grow with every thread ever
+        made, and an exited thread's id may be another process's next)."""
+        try:
+            current = self._current_tids()
+        except (TargetError, OSError):  # its cgroup is gone for now (a unit restarting): no threads
+            current, self.pids = set(), set()
+        gone = self.tids - current
+        if gone and self.continuous is not None:
+            self.continuous.forget(gone)
+        self.tids -= gone
+        self.add_tids(current)
+
     def _current_tids(self) -> set[int]:
-        if self.target.kind != "name":
+        if self.target.kind != "name":  # a pid, cgroup or unit names its processes outright
+            self.pids = resolve_pids(self.host, self.target)
             return resolve_tids(self.host, self.target)
         tids: set[int] = set()
         for pid in list(self.pids):
-            try:
-                tids |= self.host.thread_ids(pid)
-            except (TaskGone, OSError):
-                self.pids.discard(pid)
+            threads = self.host.thread_ids(pid)
+            if not threads:
+                self.pids.discard(pid)  # exited
+            tids |= threads
         return tids
 
     def _detach(self, now: float) -> None:

@@ -67,6 +67,10 @@ class ContinuousProbe(BpfProbe):
         super().start(tids)
         self._bpf[b"long_waits"].open_ring_buffer(self._on_long_wait)
 
+    def forget(self, tids) -> None:
+        """These threads exited: the kernel cleared their bits; a later thread with one of their ids is new."""
+        self._watched -= set(tids)
+
     def drain(self):  # nothing reads waits one by one here
         raise NotImplementedError("ContinuousProbe keeps totals only: read totals()")
 
