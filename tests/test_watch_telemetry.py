@@ -378,3 +378,24 @@ def test_threads_that_exit_are_forgotten_and_new_ones_measured(telemetry, tree):
     clock.now = 4.0
     made.tick()
     assert made.tids == set() and made.pids == set()
+
+
+def test_while_watch_verifies_a_step_long_waits_are_still_said_and_attribution_stays_off(telemetry, tree, state_dir):
+    from tuned_rl.core.agent import Agent
+    from tuned_rl.core.journal import Journal
+    from tuned_rl.core.plugin_host import load_plugins
+    from tuned_rl.watch.watcher import Watcher
+    made, continuous, attributing, events, clock = telemetry
+    watcher = Watcher(Agent(load_plugins(), tree.host, Journal(state_dir)), events.append)
+    watcher.telemetry = made
+    with watcher._verifying():
+        clock.now = 1.0
+        continuous.long = [LongWait(101, 1, 15 * MS, 900 * MS)]
+        watcher.agent.progress("[1/1] a step: with it, 3 s left")  # the judge's progress: the loop is held
+        [alarm] = [e for e in events if e["event"] == "alarm"]
+        assert "verifying a step" in alarm["holders_note"] and not attributing.attached
+    assert not made.verifying and watcher.agent.progress("done") is None
+    clock.now = 2.0
+    continuous.long = [LongWait(101, 1, 15 * MS, 1_900 * MS)]
+    made.tick()
+    assert attributing.attached  # after the verdict, a long wait attaches it again

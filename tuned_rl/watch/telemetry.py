@@ -99,6 +99,9 @@ class Telemetry:
         self._last_long = 0.0
         self._regression: _Regression | None = None
         self._irq_names: dict[int, str] = {}
+        # watch is verifying a step: long waits are still said at once, but attribution stays off and
+        # the regressed check waits (the judge is measuring, and the step under test may be harmful).
+        self.verifying = False
 
     # -- life ---------------------------------------------------------------------
 
@@ -156,11 +159,14 @@ class Telemetry:
         if now >= self._next_refresh:
             self._next_refresh = now + REFRESH_S
             self._refresh_tids()
+        if self.verifying and self._attached_since_ns is not None:
+            self._detach(now)
         waits = self.continuous.long_waits()
         attributed = self.attributing.attributed_waits() if self._attached_since_ns is not None else []
         if waits:
             self._last_long = now
-            self._attach(now)
+            if not self.verifying:
+                self._attach(now)
         for stall in stalls(self.matcher.add(now, waits, attributed, self._attached_since_ns)):
             self._alarm(stall)
         if now >= self._next_read:
@@ -177,7 +183,7 @@ class Telemetry:
         totals = self.continuous.totals()
         self.window.add(now, totals.counts)
         figures = self.window.figures()
-        if self.regression is not None and self.window.full and self._regression is None:
+        if self.regression is not None and self.window.full and self._regression is None and not self.verifying:
             self._check_regression(now, figures)  # (not while a regression's holders are being read)
         self.state = TelemetryState(totals, figures, self.state.verified_p999_us, self.gate.passed_total,
                                     self.gate.suppressed_total, self.regressions,
@@ -262,6 +268,9 @@ class Telemetry:
             event["holders"] = []
             if self.attributing is None:
                 event["holders_note"] = self.notes[0] if self.notes else ""
+            elif self.verifying:
+                event["holders_note"] = ("not known: watch is verifying a step, and attribution stays off while the "
+                                         "judge measures")
             elif self._attached_since_ns is not None and self._attached_since_ns <= wait.start_ns:
                 event["holders_note"] = ("not known: the attributing probe ran but did not see this wait (the thread "
                                          "was new to it, or changed CPU while it waited)")

@@ -9,6 +9,7 @@ another ``apply`` it reloads the profile that apply recorded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -278,6 +279,27 @@ class Watcher:
             return False
         return is_target_process(self.agent.host, target_from_table(table)[0], process)
 
+    @contextlib.contextmanager
+    def _verifying(self):
+        """While watch verifies a step (10-30 s of the loop), its measurement goes on from the judge's
+        progress calls: a long wait is still said within a second (without holders: see Telemetry.verifying)."""
+        telemetry, progress = self.telemetry, self.agent.progress
+        if telemetry is None:
+            yield
+            return
+        due = [0.0]
+
+        def progress_and_tick(message: str) -> None:
+            progress(message)
+            if time.monotonic() >= due[0]:
+                due[0] = time.monotonic() + TELEMETRY_PASS_S
+                self.tick_telemetry()
+        telemetry.verifying, self.agent.progress = True, progress_and_tick
+        try:
+            yield
+        finally:
+            telemetry.verifying, self.agent.progress = False, progress
+
     def _run_deferred(self, pid: int) -> None:
         """The workload started: apply and verify each step apply deferred until it ran."""
         for table in list(self.applied.deferred):
@@ -295,7 +317,10 @@ class Watcher:
         self.emit({"event": "verifying", "steps": [a["step"] for a in awaiting], "pid": pid,
                    "reason": f"the workload started: verifying {len(awaiting)} step(s) apply could not, after "
                              f"{self.warm_up_seconds:g} s of warm-up"})
-        time.sleep(self.warm_up_seconds)
+        warmed = time.monotonic() + self.warm_up_seconds
+        while time.monotonic() < warmed:
+            time.sleep(min(TELEMETRY_PASS_S, max(0.0, warmed - time.monotonic())))
+            self.agent.progress(f"warming up: {max(warmed - time.monotonic(), 0):.0f} s left")
         for entry, report in self.agent.verify_awaiting(self.profile, awaiting):
             result = _result(entry["table"], pid, report, began, "unverified at apply")
             result.setdefault("step", entry["step"])
@@ -350,10 +375,11 @@ class Watcher:
         if parent in self.policy_parents:
             self._adopt(process, parent)
         if (self.applied.deferred or self.applied.awaiting) and self._is_target(process):
-            if self.applied.deferred:
-                self._run_deferred(pid)
-            if self.applied.awaiting:
-                self._verify_awaiting(pid)
+            with self._verifying():
+                if self.applied.deferred:
+                    self._run_deferred(pid)
+                if self.applied.awaiting:
+                    self._verify_awaiting(pid)
             try:
                 process = host.process(pid)  # placed by the step just verified: plan from where it is now
             except TaskGone:
