@@ -294,7 +294,7 @@ def test_status_shows_the_p999_watch_compares_with(tree, cli, profile_file, stat
     assert cli("apply", profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n'))[0] == 0
     report = json.loads(cli("status", "--json")[1])
     assert report["verified_p999_us"] == 300.0 and report["verified"][0]["outcome"] == "kept"
-    assert "the workload's p999 as verified: 300 µs" in cli("status")[1]
+    assert "the target's p999 as the last verified step left it: 300 µs" in cli("status")[1]
 
 
 def recorded_seconds(name: str) -> list[np.ndarray]:

@@ -297,8 +297,9 @@ def cmd_status(agent: Agent, args) -> int:
         print(f"[{entry['table']}] {printable(entry['step'])}: applied unverified (the workload was not running); "
               "`tuned-rl watch` verifies it when it starts")
     if report.get("verified_p999_us"):
-        print(f"the workload's p999 as verified: {format_us(report['verified_p999_us'])} (`tuned-rl watch` says "
-              "\"regressed\" when its window passes this by --regressed-factor)")
+        print(f"the target's p999 as the last verified step left it: {format_us(report['verified_p999_us'])} "
+              "(`tuned-rl watch`, measuring a workload target, says \"regressed\" when its window passes this "
+              "by --regressed-factor)")
     for result in report["deferred_results"]:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(result["at"]))
         figures = (f", p999 {format_us(result['p999_without_us'])} -> {format_us(result['p999_with_us'])}"
