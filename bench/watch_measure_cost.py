@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,17 +34,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
 from lab import apply_profile, processes, rollback  # noqa: E402
 from rare_stalls import workload_command  # noqa: E402
+from watch_alarm import free_port  # noqa: E402
 from watch_cost import cpu_seconds  # noqa: E402
 from workload import MARKER  # noqa: E402
 
 PROFILE = f'[profile]\nname = "bench-watch-measure"\n\n[target]\nname = "{MARKER}"\n'
 HACKBENCH = ["hackbench", "-p", "-g", "1", "-l", "10000"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def one_watch(state_dir: Path, measuring: bool, idle_s: float) -> dict:

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +113,19 @@ def histogram_quantile(q: float, before: list, after: list) -> float:
     return lower * 1e6
 
 
+@contextmanager
+def measuring_watch(state_dir: Path, result: AlarmRun, args: tuple):
+    """`tuned-rl watch --json ARGS`, measuring; then SIGTERM, its exit status kept, and rollback."""
+    watch = start_watch(state_dir, result.events, args=args)
+    try:
+        wait_for(lambda: any(e["event"] == "measuring" for e in result.events), 20, "watch to measure")
+        yield watch
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        result.watch_exit = watch.wait(30)
+        rollback(state_dir)
+
+
 def run(state_dir: Path, scenario: str = "alarm", seconds: float = 30.0) -> AlarmRun:
     result = AlarmRun(scenario)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -124,9 +138,7 @@ def run(state_dir: Path, scenario: str = "alarm", seconds: float = 30.0) -> Alar
             return _regressed(state_dir, result)
         apply_profile(PROFILE, state_dir)
         args = ["--alarm-ms", "10"] + (["--metrics-address", f"127.0.0.1:{port}"] if scenario == "metrics" else [])
-        watch = start_watch(state_dir, result.events, args=tuple(args))
-        try:
-            wait_for(lambda: any(e["event"] == "measuring" for e in result.events), 20, "watch to measure")
+        with measuring_watch(state_dir, result, tuple(args)):
             if scenario == "metrics":
                 _metrics(state_dir, port, result)
             else:
@@ -141,19 +153,13 @@ def run(state_dir: Path, scenario: str = "alarm", seconds: float = 30.0) -> Alar
                     result.figures["quiet_alarms"] = sum(1 for e in result.events if e["event"] == "alarm"
                                                          and e["time"] >= quiet_from)
             time.sleep(1)
-        finally:
-            watch.send_signal(signal.SIGTERM)
-            result.watch_exit = watch.wait(30)
-            rollback(state_dir)
     _count_alarms(result)
     return result
 
 
 def _provisioned(state_dir: Path, result: AlarmRun) -> AlarmRun:
     apply_profile(PROFILE, state_dir)  # no workload yet
-    watch = start_watch(state_dir, result.events, args=("--alarm-ms", "10"))
-    try:
-        wait_for(lambda: any(e["event"] == "measuring" for e in result.events), 20, "watch to measure")
+    with measuring_watch(state_dir, result, ("--alarm-ms", "10")):
         with processes([workload_command(CPU)]):
             time.sleep(3)
             with processes([helper_command("fifo", 15, 0.5)]) as (helper,):
@@ -161,10 +167,6 @@ def _provisioned(state_dir: Path, result: AlarmRun) -> AlarmRun:
                 result.first_spin_at = time.time() + 0.5
                 time.sleep(4)
             time.sleep(1)
-    finally:
-        watch.send_signal(signal.SIGTERM)
-        result.watch_exit = watch.wait(30)
-        rollback(state_dir)
     _count_alarms(result)
     return result
 
@@ -216,25 +218,25 @@ def _regressed(state_dir: Path, result: AlarmRun) -> AlarmRun:
     report, _ = apply_profile(REGRESSED_PROFILE, state_dir)
     step = report["steps"][-1]
     result.figures["verified_p999_us"] = (step.get("after") or {}).get("p999_us")
-    watch = start_watch(state_dir, result.events,
-                        args=("--regressed-window-seconds", "20", "--alarm-ms", "100"))
     try:
-        wait_for(lambda: any(e["event"] == "measuring" for e in result.events), 20, "watch to measure")
-        time.sleep(22)  # a full window of the verified state
-        with processes([helper_command("fifo", 5, 0.1)]) as (helper,):
-            result.helper_pid = helper.pid
-            wait_for(lambda: any(e["event"] == "regressed" for e in result.events), 60, "a regressed event")
-        regressed = next(e for e in result.events if e["event"] == "regressed")
-        result.figures.update(p999_us=regressed["p999_us"], limit_us=round(regressed["verified_p999_us"] *
-                                                                          regressed["factor"], 1),
-                              holders=[h.get("pid") for h in regressed["holders"]],
-                              named_helper=any(h.get("pid") == result.helper_pid for h in regressed["holders"]))
+        with measuring_watch(state_dir, result, ("--regressed-window-seconds", "20", "--alarm-ms", "100")):
+            _regressed_window(result)
     finally:
-        watch.send_signal(signal.SIGTERM)
-        result.watch_exit = watch.wait(30)
-        rollback(state_dir)
         result.figures["stat_interval_restored"] = Path("/proc/sys/vm/stat_interval").read_text() == stat_interval
     return result
+
+
+def _regressed_window(result: AlarmRun) -> None:
+    """A full window of the verified state, then a FIFO neighbour until watch says "regressed"."""
+    time.sleep(22)
+    with processes([helper_command("fifo", 5, 0.1)]) as (helper,):
+        result.helper_pid = helper.pid
+        wait_for(lambda: any(e["event"] == "regressed" for e in result.events), 60, "a regressed event")
+    regressed = next(e for e in result.events if e["event"] == "regressed")
+    result.figures.update(p999_us=regressed["p999_us"],
+                          limit_us=round(regressed["verified_p999_us"] * regressed["factor"], 1),
+                          holders=[h.get("pid") for h in regressed["holders"]],
+                          named_helper=any(h.get("pid") == result.helper_pid for h in regressed["holders"]))
 
 
 def main() -> None:

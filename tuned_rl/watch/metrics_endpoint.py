@@ -116,16 +116,16 @@ class WatchCollector:
             for cpu, count in sorted(totals.over_threshold.items()):
                 over.add_metric([f.target, str(cpu)], count)
             yield over
-            yield _gauge(GaugeMetricFamily, "tuned_rl_alarm_threshold_seconds", "The alarm threshold (--alarm-ms).",
+            yield _family(GaugeMetricFamily, "tuned_rl_alarm_threshold_seconds", "The alarm threshold (--alarm-ms).",
                          target, f.alarm_s)
-            yield _counter(CounterMetricFamily, "tuned_rl_probe_lost_events",
+            yield _family(CounterMetricFamily, "tuned_rl_probe_lost_events",
                            "Waits of the target the probe could not measure (no room in a map, or a switch missed).",
                            target, totals.lost)
-            yield _counter(CounterMetricFamily, "tuned_rl_alarms", "Alarms watch reported.", target, state.alarms)
-            yield _counter(CounterMetricFamily, "tuned_rl_alarms_suppressed",
+            yield _family(CounterMetricFamily, "tuned_rl_alarms", "Alarms watch reported.", target, state.alarms)
+            yield _family(CounterMetricFamily, "tuned_rl_alarms_suppressed",
                            "Long waits not reported as alarms by the rate limit (each is in the over-threshold count).",
                            target, state.alarms_suppressed)
-            yield _counter(CounterMetricFamily, "tuned_rl_regressions",
+            yield _family(CounterMetricFamily, "tuned_rl_regressions",
                            "Times the sliding window's p999 passed the verified p999 times the factor.",
                            target, state.regressions)
             window = GaugeMetricFamily("tuned_rl_window_latency_seconds",
@@ -136,10 +136,10 @@ class WatchCollector:
                 window.add_metric([f.target, "0.999"], round(state.window.p999_us / 1e6, 9))
             yield window
             if state.verified_p999_us:
-                yield _gauge(GaugeMetricFamily, "tuned_rl_verified_p999_seconds",
+                yield _family(GaugeMetricFamily, "tuned_rl_verified_p999_seconds",
                              "The target's p999 as the profile's last verified step left it.", target,
                              round(state.verified_p999_us / 1e6, 9))
-            yield _counter(CounterMetricFamily, "tuned_rl_attribution_attached_seconds",
+            yield _family(CounterMetricFamily, "tuned_rl_attribution_attached_seconds",
                            "Time the attributing probe ran (around long waits and regressions).", target,
                            state.attribution_attached_s)
         steps = GaugeMetricFamily("tuned_rl_steps", "The applied profile's verified steps, by outcome.",
@@ -154,7 +154,7 @@ class WatchCollector:
                 ("tuned_rl_watch_process_events_lost", "Process events the kernel dropped (each answered by a rescan).",
                  f.events_lost),
                 ("tuned_rl_watch_cpu_seconds", "CPU time watch used (user and system).", f.cpu_seconds)):
-            yield _counter(CounterMetricFamily, name, text, None, value)
+            yield _family(CounterMetricFamily, name, text, None, value)
 
 
 @dataclass(frozen=True)
@@ -181,15 +181,10 @@ def figures_of(watcher) -> WatchFigures:
                         outcomes, watcher.stats.placed, watcher.stats.evicted, watcher.stats.lost, time.process_time())
 
 
-def _gauge(cls, name, text, labels, value):
-    family = cls(name, text, labels=["target"] if labels else None)
-    family.add_metric(labels or [], value)
-    return family
-
-
-def _counter(cls, name, text, labels, value):
-    family = cls(name, text, labels=["target"] if labels else None)
-    family.add_metric(labels or [], value)
+def _family(cls, name, text, target, value):
+    """A gauge or counter family of one sample, labelled with the target when one is given."""
+    family = cls(name, text, labels=["target"] if target else None)
+    family.add_metric(target or [], value)
     return family
 
 
