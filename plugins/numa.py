@@ -5,6 +5,7 @@
     unit = "llm.service"          # optional: a systemd drop-in, so the service starts bound
     restart = false               # restart the unit after adding (and after removing) the drop-in
     running = true                # the [target]'s running processes too (default true)
+    shm = ["/dev/shm/rl-*"]       # shared-memory segments (names or patterns) whose pages to bind
 
 Two steps, each verified:
 
@@ -21,24 +22,38 @@ Two steps, each verified:
   on; the kernel's NUMA balancing may move them later. The plan lists each process's share of
   resident pages on the node before.
 
+- **Shared-memory segments** (``shm``): each file in /dev/shm that a name or pattern matches gets
+  the shared memory policy ``bind:NODE`` (mbind(2) with ``MPOL_MF_MOVE_ALL`` on a mapping of it:
+  the policy is the file's, for every process that maps it, and its pages move to the node).
+  The plan, the report and ``status`` show the share of its pages on the node, as the process
+  that maps most of it counts them in its numa_maps. Undo gives the segment its previous policy
+  back. A segment that was removed or replaced since is left alone ("gone").
+
 `tuned-rl watch` binds each workload process that starts later the same way (its threads'
-affinity and its pages), while the running-processes step is in force.
+affinity and its pages), while the running-processes step is in force, and each segment a
+workload process maps once it runs (1 s and 5 s after it starts, then at each rescan).
 
 On a host with one NUMA node, or a virtual machine whose topology shows one (it may hide the
-real host's), the steps are skipped and say why: binding would change nothing.
+real host's), the process and service steps are skipped and say why: binding would change
+nothing. A segment is bound there too (its policy then reads ``bind:0``, which a check of the
+node can rely on), and the plan says that no page moves.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 from tuned_rl import Change, Key, Kind, Problem, Step, Table, hookimpl
 from tuned_rl.host import format_cpu_list, parse_cpu_list
+from tuned_rl.host import printable
 from tuned_rl.host.numa import NumaError, node_of, page_shares, topology
+from tuned_rl.host.shared_memory import SEGMENT_NAME, SHM_DIRECTORY, SegmentGone, mapped_segments, resident_pages
 from tuned_rl.measure.targets import is_target_process, target_from_table, workload_for_step
 
 UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]+\.service$")
 DROP_IN = "tuned-rl-numa.conf"
+SEGMENT_PATTERN = re.compile(r"^/dev/shm/[A-Za-z0-9_.@:+,=\-*?\[\]!]{1,255}$")
 MIN_SHARE = 0.01  # a node holding less of a process's pages than this does not count as holding them
 
 TABLE = Table(
@@ -51,6 +66,7 @@ TABLE = Table(
         "running": Key(bool, "Bind the [target]'s running processes too (default true)."),
         "restart": Key(bool, "Restart the unit after the drop-in is added, and again after it is removed "
                              "(default false: it takes effect at the unit's next start)."),
+        "shm": Key(list, 'Shared-memory segments to bind: "/dev/shm/NAME", or a pattern ("/dev/shm/rl-*").'),
     },
     phase="placement",
 )
@@ -99,6 +115,62 @@ class NumaPages(Kind):
             return False
 
 
+class ShmPolicy(Kind):
+    """A shared-memory segment's memory policy: ``{"policy": "bind:0", "inode": 1234, "share": "..."}``.
+
+    The target is the segment's path; ``inode`` is the file planned, which a write and a read
+    check (a segment removed or replaced since is "gone"). ``share`` (read, never written) says
+    how much of its pages are on the node the change binds to."""
+
+    name = "shm_policy"
+    shows_read_back = True
+
+    def read(self, host, change):
+        found = host.segment_policy(change.target)
+        if found.inode != change.after["inode"]:
+            raise SegmentGone(f"{change.target} is another file now (inode {found.inode}, tuned-rl's was "
+                              f"{change.after['inode']})")
+        return {"policy": found.policy, "inode": found.inode,
+                "share": segment_share(host, change.target, _policy_nodes(change.after["policy"]))}
+
+    def write(self, host, change, value):
+        host.set_segment_policy(change.target, value["policy"], value["inode"])
+
+    def same(self, a, b):
+        return (a or {}).get("policy") == (b or {}).get("policy") and (a or {}).get("inode") == (b or {}).get("inode")
+
+    def show(self, value):
+        return value["policy"] + (f" ({value['share']})" if value.get("share") else "")
+
+    def valid_value(self, value):
+        return (isinstance(value, dict) and set(value) <= {"policy", "inode", "share"}
+                and isinstance(value.get("policy"), str) and _policy_nodes(value["policy"]) is not None
+                and isinstance(value.get("inode"), int) and value["inode"] > 0
+                and isinstance(value.get("share", ""), str))
+
+
+def _policy_nodes(policy: str) -> set[int] | None:
+    """The nodes a policy names ("bind:0-1" -> {0, 1}; "default" -> set()), None if it is not one."""
+    from tuned_rl.host.shared_memory import parse_policy
+    try:
+        return parse_policy(policy)[1]
+    except ValueError:
+        return None
+
+
+def segment_share(host, path: str, nodes: set[int], mappers: list[int] | None = None) -> str:
+    """"100% of 1024 pages on node 0", as the process mapping most of the segment counts them."""
+    if mappers is None:
+        mappers = mapped_segments(host).get(path, [])
+    if not mappers:
+        return "no process maps it now"
+    pages = resident_pages(host, path, mappers)
+    total = sum(pages.values())
+    on = sum(pages.get(n, 0) for n in nodes)
+    where = f"node {format_cpu_list(nodes)}" if nodes else "no node named"
+    return f"{on / total:.0%} of {total} pages on {where}" if total else f"no page resident ({where})"
+
+
 def _holding(pages: dict[int, int]) -> set[int]:
     """The nodes holding at least MIN_SHARE of these pages."""
     total = sum(pages.values())
@@ -112,7 +184,7 @@ def tuned_rl_tables():
 
 @hookimpl
 def tuned_rl_change_kinds():
-    return [NumaPages()]
+    return [NumaPages(), ShmPolicy()]
 
 
 @hookimpl
@@ -127,7 +199,12 @@ def tuned_rl_validate(profile, host):
         problems.append(Problem("numa.unit", f"{table['unit']!r} is not a systemd service name (\"llm.service\")"))
     running = table.get("running", True)
     target = profile.get("target")
-    if running and (target is None or target.get("canary")) and "unit" not in table:
+    for pattern in table.get("shm", []):
+        if not isinstance(pattern, str) or not SEGMENT_PATTERN.match(pattern):
+            problems.append(Problem("numa.shm", f"{printable(str(pattern))!r} is not a segment in {SHM_DIRECTORY} "
+                                                "(\"/dev/shm/NAME\", or a pattern such as \"/dev/shm/rl-*\")"))
+    if running and (target is None or target.get("canary")) and "unit" not in table \
+            and ("shm" not in table or "running" in table):
         problems.append(Problem("numa", "bind what? name the workload in [target] (pid, name, cgroup or unit), "
                                         "or a unit here"))
     if problems:
@@ -162,6 +239,10 @@ def tuned_rl_plan(profile, host):
                        "and memory on one host node, or for virtual NUMA)")
         for step in steps:
             step.skip_reason = reason
+        if table.get("shm"):
+            steps.append(_plan_segments(host, table["shm"], node, target))
+            steps[-1].notes.append("this host has one NUMA node: no page moves; the segments' policy says bind:"
+                                   f"{node} for a check of the node to read")
         return steps
     cpus = format_cpu_list(nodes.node_cpus(node))
     for step in steps:
@@ -169,6 +250,8 @@ def tuned_rl_plan(profile, host):
             _plan_running(host, step, profile.get("target"), node, cpus)
         else:
             step.changes += drop_in_changes(host, table["unit"], node, cpus, table.get("restart", False))
+    if table.get("shm"):
+        steps.append(_plan_segments(host, table["shm"], node, target))
     return steps
 
 
@@ -177,16 +260,72 @@ def tuned_rl_plan_process(profile, host, process):
     """A workload process that started after the apply: bound to the node as the running-processes
     step binds the others (each thread's affinity, its pages). Nothing on a one-node host."""
     table, target = profile.get("numa"), profile.get("target")
-    if table is None or not table.get("running", True) or not target or target.get("canary") \
-            or process.kernel_thread:
+    if table is None or not target or target.get("canary") or process.kernel_thread:
         return None
-    nodes = topology(host)
-    if len(nodes.nodes) < 2 or not is_target_process(host, target_from_table(target)[0], process):
+    if not is_target_process(host, target_from_table(target)[0], process):
         return None
-    node = node_of(host, table)
-    step = Step("numa", f"bind the workload's new process pid {process.pid} ({process.comm}) to node {node}")
-    _plan_processes(host, step, [process], node, format_cpu_list(nodes.node_cpus(node)))
-    return [step]
+    nodes, node, steps = topology(host), node_of(host, table), []
+    if table.get("running", True) and len(nodes.nodes) > 1:
+        step = Step("numa", f"bind the workload's new process pid {process.pid} ({printable(process.comm)}) "
+                            f"to node {node}")
+        _plan_processes(host, step, [process], node, format_cpu_list(nodes.node_cpus(node)))
+        steps.append(step)
+    if table.get("shm"):
+        mapped = mapped_segments(host, [process.pid])
+        step = Step("numa", f"bind the shared-memory segments pid {process.pid} ({printable(process.comm)}) maps "
+                            f"to node {node}")
+        _plan_segment_changes(host, step, _matching(table["shm"], [p[len(SHM_DIRECTORY) + 1:] for p in mapped]),
+                              node, mapped)
+        steps.append(step)
+    return steps
+
+
+def _matching(patterns: list[str], names: list[str]) -> list[str]:
+    """The segment paths among ``names`` (files in /dev/shm) that a pattern matches, in order."""
+    wanted = [p[len(SHM_DIRECTORY) + 1:] for p in patterns]
+    return [f"{SHM_DIRECTORY}/{name}" for name in sorted(set(names))
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in wanted)]
+
+
+def _plan_segments(host, patterns: list[str], node: int, target: dict | None) -> Step:
+    """The step that binds every segment the patterns match now."""
+    step = Step("numa", f"bind shared-memory segments {', '.join(patterns)} to node {node}")
+    paths = _matching(patterns, host.segment_names())
+    if not paths:
+        later = ("`tuned-rl watch` binds each one a workload process maps" if target and not target.get("canary")
+                 else "apply again once they exist")
+        step.skip_reason = f"no segment in {SHM_DIRECTORY} matches now: {later}"
+        return step
+    _plan_segment_changes(host, step, paths, node, mapped_segments(host))
+    return step
+
+
+def _plan_segment_changes(host, step: Step, paths: list[str], node: int, mapped: dict[str, list[int]]) -> None:
+    """Add to ``step`` each segment's policy ``bind:node``; a segment tuned-rl will not touch is a note."""
+    for path in paths:
+        name = path[len(SHM_DIRECTORY) + 1:]
+        if not SEGMENT_NAME.match(name):
+            step.notes.append(f"left alone: {printable(path)!r} is not a segment name tuned-rl touches "
+                              "(letters, digits and _.@:+,=- only)")
+            continue
+        try:
+            found = host.segment_policy(path)
+        except (OSError, LookupError) as err:
+            step.notes.append(f"left alone: {path}: {err}")
+            continue
+        mappers = mapped.get(path, [])
+        share = segment_share(host, path, {node}, mappers)
+        step.notes.append(f"placement before: {path} ({found.size} bytes, policy {found.policy}, mapped by "
+                          f"{_pids(mappers)}): {share}")
+        step.changes.append(Change("shm_policy", path, {"policy": found.policy, "inode": found.inode, "share": share},
+                                   {"policy": f"bind:{node}", "inode": found.inode}))
+
+
+def _pids(pids: list[int]) -> str:
+    if not pids:
+        return "no process"
+    shown = ", ".join(map(str, pids[:5]))
+    return f"pid {shown}" + (f" and {len(pids) - 5} more" if len(pids) > 5 else "")
 
 
 def drop_in_changes(host, unit: str, node: int, cpus: str, restart: bool = False) -> list[Change]:

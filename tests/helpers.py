@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -356,3 +357,42 @@ class CgroupTreeHost(Host):
             lines.append(" ".join(out))
         self.path(f"/proc/{task.pid}/numa_maps").write_text("\n".join(lines) + "\n")
         return 0
+
+    # A segment's shared policy lives in a made-up file of the tree; a bind moves the pages the
+    # tree's numa_maps count for mappings of it, and every mapping shows the policy, as the kernel's do.
+
+    SEGMENT_POLICIES = "/run/test-segment-policies.json"
+
+    def _segment_policies(self) -> dict:
+        path = self.path(self.SEGMENT_POLICIES)
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def segment_policy(self, path):
+        from tuned_rl.host.shared_memory import SegmentGone, SegmentPolicy, segment_path
+        file = self.path(segment_path(path))
+        if not file.exists():
+            raise SegmentGone(f"{path} was removed")
+        info = file.lstat()
+        return SegmentPolicy(self._segment_policies().get(path, "default"), info.st_ino, info.st_size)
+
+    def set_segment_policy(self, path, policy, inode):
+        from tuned_rl.host.shared_memory import SegmentGone, parse_policy
+        if self.segment_policy(path).inode != inode:
+            raise SegmentGone(f"{path} is another file now")
+        policies = self._segment_policies()
+        policies[path] = policy
+        self.path(self.SEGMENT_POLICIES).parent.mkdir(parents=True, exist_ok=True)
+        self.path(self.SEGMENT_POLICIES).write_text(json.dumps(policies))
+        mode, nodes = parse_policy(policy)
+        for maps in self.path("/proc").glob("*/numa_maps"):
+            lines = []
+            for line in maps.read_text().splitlines():
+                fields = line.split()
+                if f"file={path}" in fields:
+                    counts = [f for f in fields[2:] if f.startswith("N") and "=" in f]
+                    others = [f for f in fields[2:] if f not in counts]
+                    if policy.startswith("bind:"):
+                        counts = [f"N{min(nodes)}={sum(int(f.split('=')[1]) for f in counts)}"]
+                    fields = [fields[0], policy, *others, *counts]
+                lines.append(" ".join(fields))
+            maps.write_text("\n".join(lines) + "\n")

@@ -248,3 +248,86 @@ def test_a_node_a_one_node_host_lacks_exits_2_not_skipped(two_nodes, cli, profil
     two_nodes.set("/sys/devices/system/node/online", "0")
     status, _, err = cli("apply", profile_file('[target]\nname = "^model$"\n\n[numa]\nnode = 7\n'))
     assert status == 2 and "node 7 is not an online NUMA node of this host (nodes: 0)" in err, err
+
+
+SEGMENT_MAPS = ("7f0000000000 default anon=300 N0=300 kernelpagesize_kB=4\n"
+                "7f0000200000 default file=/dev/shm/rl-obs dirty=512 N0=384 N1=128 kernelpagesize_kB=4\n")
+SHM_PROFILE = '[target]\nname = "^model$"\n\n[numa]\nnode = 1\nrunning = false\nshm = ["/dev/shm/rl-*"]\n'
+
+
+@pytest.fixture
+def segment(two_nodes):
+    tree = two_nodes
+    tree.set("/dev/shm/rl-obs", "x" * 4096)
+    tree.set("/dev/shm/other", "y")
+    tree.set("/proc/100/maps", "7f0000200000-7f0000400000 rw-s 00000000 00:1a 12 /dev/shm/rl-obs\n")
+    tree.set("/proc/100/numa_maps", SEGMENT_MAPS)
+    return tree
+
+
+def test_a_segment_is_bound_on_a_two_node_tree_with_its_share_shown_and_its_policy_put_back(segment, cli,
+                                                                                            profile_file):
+    profile = profile_file(SHM_PROFILE)
+    dry = json.loads(cli("apply", profile, "--dry-run", "--json")[1])
+    [step] = dry["steps"]
+    assert step["step"] == "bind shared-memory segments /dev/shm/rl-* to node 1" and step["phase"] == "placement"
+    assert [(c["target"], c["before"], c["after"]) for c in step["changes"]] == [
+        ("/dev/shm/rl-obs", "default (25% of 512 pages on node 1)", "bind:1")]  # /dev/shm/other: not matched
+    assert any(n.startswith("placement before: /dev/shm/rl-obs (4097 bytes, policy default, mapped by pid 100)")  # set() adds a newline
+               for n in step["notes"]), step["notes"]
+    status, out, err = cli("apply", profile, "--json")
+    assert status == 0, err
+    assert json.loads(out)["steps"][0]["changes"][0]["after"] == "bind:1 (100% of 512 pages on node 1)"
+    assert "7f0000200000 bind:1 file=/dev/shm/rl-obs dirty=512 kernelpagesize_kB=4 N1=512" in segment.get("/proc/100/numa_maps")
+    [row] = [c for c in json.loads(cli("status", "--json")[1])["changes"] if c["target"] == "/dev/shm/rl-obs"]
+    assert row["state"] == "holds" and row["current"] == "bind:1 (100% of 512 pages on node 1)"
+    assert cli("rollback")[0] == 0
+    assert segment.host.segment_policy("/dev/shm/rl-obs").policy == "default"
+    assert "7f0000200000 default file=/dev/shm/rl-obs" in segment.get("/proc/100/numa_maps")
+
+
+def test_a_segment_removed_and_made_again_since_the_apply_is_gone_and_left_alone(segment, cli, profile_file):
+    assert cli("apply", profile_file(SHM_PROFILE))[0] == 0
+    segment.host.path("/dev/shm/rl-obs").unlink()
+    segment.set("/dev/shm/keep", "z")
+    segment.set("/dev/shm/rl-obs", "another user's file")  # a new inode under the same name
+    status, out, _ = cli("rollback", "--json")
+    [row] = [c for c in json.loads(out)["changes"] if c["target"] == "/dev/shm/rl-obs"]
+    assert status == 0 and row["outcome"] == "gone" and "another file now" in row["reason"]
+    assert segment.host.segment_policy("/dev/shm/rl-obs").policy == "bind:1"  # the new file was not touched
+
+
+def test_segments_no_one_made_yet_are_skipped_saying_watch_binds_them(two_nodes, cli, profile_file):
+    [step] = json.loads(cli("apply", profile_file(SHM_PROFILE), "--json")[1])["steps"]
+    assert step["outcome"] == "skipped" and "watch` binds each one a workload process maps" in step["reason"]
+
+
+def test_a_hostile_segment_name_or_pattern_is_refused_or_left_alone(segment, cli, profile_file):
+    segment.set("/dev/shm/rl-a\nN1=999", "x")
+    os.symlink("/etc/passwd", segment.host.path("/dev/shm/rl-link"))
+    [step] = json.loads(cli("apply", profile_file(SHM_PROFILE), "--dry-run", "--json")[1])["steps"]
+    assert [c["target"] for c in step["changes"]] == ["/dev/shm/rl-obs"]  # the link is no segment
+    assert any(n.startswith("left alone: '/dev/shm/rl-a\\\\nN1=999'") for n in step["notes"]), step["notes"]
+    for pattern in ("/dev/shm/../etc/*", "/etc/passwd", "/dev/shm/a/b", "/dev/shm/a b"):
+        status, _, err = cli("apply", profile_file(SHM_PROFILE.replace("/dev/shm/rl-*", pattern)), "--dry-run")
+        assert status == 2 and "is not a segment in /dev/shm" in err, (pattern, err)
+
+
+def test_watch_binds_a_segment_a_workload_process_maps_later(segment, profile_file):
+    from tuned_rl.profiles.loader import load_profile
+    from tuned_rl_plugins.numa import tuned_rl_plan_process
+    profile = load_profile(profile_file(SHM_PROFILE)).tables
+    [step] = tuned_rl_plan_process(profile, segment.host, segment.host.process(100))
+    assert step.title == "bind the shared-memory segments pid 100 (model) maps to node 1"
+    assert [(c.target, c.before["policy"], c.after["policy"]) for c in step.pending_changes] == [
+        ("/dev/shm/rl-obs", "default", "bind:1")]
+    segment.host.set_segment_policy("/dev/shm/rl-obs", "bind:1", step.changes[0].before["inode"])
+    [step] = tuned_rl_plan_process(profile, segment.host, segment.host.process(100))
+    assert not step.pending_changes  # bound already: nothing for watch to do
+
+
+def test_on_one_node_a_segment_is_still_bound_saying_no_page_moves(segment, cli, profile_file):
+    segment.set("/sys/devices/system/node/online", "0")
+    [step] = json.loads(cli("apply", profile_file(SHM_PROFILE.replace("node = 1", "node = 0")), "--json")[1])["steps"]
+    assert step["outcome"] != "skipped" and any("no page moves" in n for n in step["notes"])
+    assert segment.host.segment_policy("/dev/shm/rl-obs").policy == "bind:0"

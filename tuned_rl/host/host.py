@@ -577,6 +577,26 @@ class Host:
         from tuned_rl.host.numa import migrate_pages
         return self.on_task(task, lambda pid: migrate_pages(pid, old_nodes, new_nodes))
 
+    # -- shared-memory segments (tuned_rl/host/shared_memory.py says how and why so) ------------
+
+    def segment_names(self) -> list[str]:
+        """The regular files right in /dev/shm, by name (below the root: a tree's own)."""
+        base = self.path("/dev/shm")
+        if not base.is_dir():
+            return []
+        return sorted(entry.name for entry in os.scandir(base) if entry.is_file(follow_symlinks=False))
+
+    def segment_policy(self, path: str):
+        """The shared memory policy of segment ``path`` (a SegmentPolicy); SegmentError or OSError if unreadable.
+        A system call on the live kernel, whatever the root: tests give their tree host its own."""
+        from tuned_rl.host.shared_memory import read_policy
+        return read_policy(path)
+
+    def set_segment_policy(self, path: str, policy: str, inode: int) -> None:
+        """Give segment ``path`` (still the file ``inode``) the shared policy ``policy``, moving its pages on a bind."""
+        from tuned_rl.host.shared_memory import set_policy
+        set_policy(path, policy, inode)
+
     def get_nice(self, task: Task) -> str:
         """The thread's nice value ("-20" .. "19"); per thread, as Linux keeps it."""
         return str(self.on_task(task, lambda pid: os.getpriority(os.PRIO_PROCESS, pid)))

@@ -1,4 +1,5 @@
-"""System calls the standard library lacks (ioprio_get/set, set_mempolicy, migrate_pages), through
+"""System calls the standard library lacks (ioprio_get/set, set_mempolicy, migrate_pages,
+mbind, get_mempolicy), through
 ctypes, by number for this machine's architecture. The C library is loaded once."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import platform
 # arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h (aarch64); the
 # powerpc and s390 tables for ioprio.
 NUMBERS = {
-    "x86_64": {"ioprio_set": 251, "ioprio_get": 252, "set_mempolicy": 238, "migrate_pages": 256},
-    "aarch64": {"ioprio_set": 30, "ioprio_get": 31, "set_mempolicy": 237, "migrate_pages": 238},
+    "x86_64": {"ioprio_set": 251, "ioprio_get": 252, "set_mempolicy": 238, "migrate_pages": 256,
+               "mbind": 237, "get_mempolicy": 239},
+    "aarch64": {"ioprio_set": 30, "ioprio_get": 31, "set_mempolicy": 237, "migrate_pages": 238,
+                "mbind": 235, "get_mempolicy": 236},
     "ppc64le": {"ioprio_set": 273, "ioprio_get": 274},
     "s390x": {"ioprio_set": 282, "ioprio_get": 283},
 }
