@@ -334,3 +334,20 @@ def test_control_characters_in_a_holders_name_are_escaped_in_the_profile_and_it_
     assert "sysctl" not in tables and "\x1b" not in text
     [matcher] = [m for m in tables["offline_eviction"]["match"] if m["user"] == "nobody"]
     assert re.search(matcher["cmdline"], "x\n[sysctl]\x1b[2J \"q\"") and re.search(matcher["name"], hog.name)
+
+
+def test_the_report_shows_the_ioctl_timer_or_why_it_is_absent_and_old_recordings_still_replay():
+    from tuned_rl.diagnose.report import format_diagnosis
+    recording = recorded("noisy")
+    assert "ioctl" not in recording  # recorded before the timer existed
+    assert replay(recording).to_dict()["ioctl"] is None
+    absent = {"function": "nvidia_ioctl", "absent": "the nvidia module is not loaded (name another function with "
+                                                   "--ioctl)"}
+    result = replay({**recording, "ioctl": absent}).to_dict()
+    assert result["ioctl"] == absent
+    assert "ioctl timer: nvidia_ioctl is not timed: the nvidia module is not loaded" in "\n".join(
+        format_diagnosis(result))
+    timed = {"function": "tty_ioctl", "how": "syscall", "calls": 50, "lost": 0, "total_ms": 120.0, "mean_us": 2400.0,
+             "p50_us": 2200.0, "p99_us": 4000.0, "p999_us": 4100.0, "max_us": 4100.0}
+    lines = format_diagnosis(replay({**recording, "ioctl": timed}).to_dict())
+    assert any(line.split()[:3] == ["tty_ioctl", "50", "120.0ms"] for line in lines)

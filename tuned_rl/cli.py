@@ -25,6 +25,7 @@ from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.doctor import examine
 from tuned_rl.measure.measurement import measure_target
 from tuned_rl.measure.probes import PROBE_CHOICES, ProbeError
+from tuned_rl.measure.probes.ioctl import format_times as format_ioctl
 from tuned_rl.measure.stats import format_us
 from tuned_rl.measure.targets import TARGET_TABLE, Target, TargetError, target_problems
 from tuned_rl.profiles.loader import ProfileError, load_profile
@@ -74,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--window-seconds", type=_positive(float), default=1.0,
                          help="length of each window (default %(default)s)")
     measure.add_argument("--probe", choices=PROBE_CHOICES, default="auto", help="default %(default)s")
+    measure.add_argument("--ioctl", metavar="FUNCTION",
+                         help="also time the target's calls of this kernel function, a driver's ioctl "
+                              "(nvidia_ioctl, tty_ioctl): a kprobe/kretprobe, or the ioctl system call where "
+                              "the kernel has no kprobes")
     measure.add_argument("--user", action="append", metavar="USER",
                          help="with name:REGEX, an account whose processes may be the target (repeat for more; "
                               "default root): another user's process of that name is left out")
@@ -91,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="write a profile with the recommended tables here (not over an existing file)")
     diagnose.add_argument("--gpu", help='the GPU the target feeds ("0000:3b:00.0" or "nvidia0"): its memory is '
                                         "checked against that GPU's NUMA node")
+    diagnose.add_argument("--ioctl", metavar="FUNCTION",
+                          help="time the target's calls of this driver function (default: nvidia_ioctl where the "
+                               "nvidia module is loaded)")
     diagnose.add_argument("--save-raw", metavar="PATH",
                           help="also save the probe's sums and the facts read, as JSON (to attach to a report)")
     diagnose.add_argument("--user", action="append", metavar="USER",
@@ -356,11 +364,16 @@ def cmd_plugins(agent: Agent, args) -> int:
 def cmd_measure(agent: Agent, args) -> int:
     if _said_target_problems(agent.host, args):
         return EXIT_BAD_INPUT
+    if args.ioctl and args.target.kind == "canary":
+        print("tuned-rl: --ioctl: the canary makes no driver calls: name the workload with --target",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
     spec = _canary_spec(args)
     windows = max(1, round(args.seconds / args.window_seconds))
     try:
         measurement = measure_target(agent.host, args.target, windows, args.window_seconds, args.probe, spec,
-                                     lambda left: agent.progress(f"measuring {args.target}: {max(left, 0):.0f} s left"))
+                                     lambda left: agent.progress(f"measuring {args.target}: {max(left, 0):.0f} s left"),
+                                     ioctl=args.ioctl)
     except (ProbeError, TargetError) as err:
         print(f"tuned-rl: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -375,6 +388,8 @@ def cmd_measure(agent: Agent, args) -> int:
     rows = [(str(result["n"]), *(format_us(result[k]) for k in ("p50_us", "p99_us", "p999_us", "max_us")),
              str(result["lost"]), result["probe"])]
     print("\n".join(format_table(("N", "P50", "P99", "P999", "MAX", "LOST", "PROBE"), rows)))
+    if measurement.ioctl is not None:
+        print("\n".join(format_ioctl(measurement.ioctl)))
     return EXIT_OK
 
 
@@ -401,7 +416,8 @@ def cmd_diagnose(agent: Agent, args) -> int:
     spec = _canary_spec(args) if args.target.kind == "canary" else None
     try:
         diagnosis = diagnose(agent.host, args.target, args.seconds, spec,
-                             lambda left: agent.progress(f"diagnosing {args.target}: {max(left, 0):.0f} s left"), gpu)
+                             lambda left: agent.progress(f"diagnosing {args.target}: {max(left, 0):.0f} s left"), gpu,
+                             args.ioctl)
     except (ProbeError, TargetError) as err:
         print(f"tuned-rl: {err}", file=sys.stderr)
         return EXIT_FAILED

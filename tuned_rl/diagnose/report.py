@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tuned_rl.core.report import format_table
+from tuned_rl.measure.probes.ioctl import format_times as format_ioctl
 from tuned_rl.measure.stats import format_us
 
 SHOWN_HOLDERS = 10
@@ -33,5 +34,7 @@ def format_diagnosis(result: dict) -> list[str]:
         lines += [f"   - {line}" for line in finding["evidence"]]
         lines.append(f"   fix: [{finding['table']}]: {finding['advice']}" if finding["table"]
                      else f"   no table can fix this: {finding['advice']}")
+    if result.get("ioctl"):
+        lines += ["", *format_ioctl(result["ioctl"])]
     lines += [f"note: {note}" for note in result.get("notes", [])]
     return lines

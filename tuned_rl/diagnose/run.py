@@ -16,7 +16,9 @@ from tuned_rl.diagnose.holders import HolderInfo, Ranking, rank
 from tuned_rl.host import Host
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.measurement import attach_probe
+from tuned_rl.measure.probes import ProbeError
 from tuned_rl.measure.probes.attribution import Attribution, AttributingProbe
+from tuned_rl.measure.probes.ioctl import DEFAULT_FUNCTION, NVIDIA_MODULE, attach_timer
 from tuned_rl.measure.targets import Target, TargetError, resolve_tids
 
 REFRESH_S = 1.0  # how often a name or cgroup target's threads are looked up again (a /proc scan each time)
@@ -46,33 +48,50 @@ class Diagnosis:
                         "steal_ms": {c: round(ms, 1) for c, ms in sorted(recorded["steal_ms"].items())}},
             **{key: recorded[key] for key in ("interrupts", "target_threads", "rt_budgets", "memory")},
             "gpu": {"address": self.evidence.gpu[0], "node": self.evidence.gpu[1]} if self.evidence.gpu else None,
+            "ioctl": recorded.get("ioctl"),
             "notes": self.notes,
         }
 
 
 def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | None = None,
-             progress: Callable[[float], None] = lambda left: None, gpu: tuple[str, int] | None = None) -> Diagnosis:
+             progress: Callable[[float], None] = lambda left: None, gpu: tuple[str, int] | None = None,
+             ioctl: str | None = None) -> Diagnosis:
     """Measure and attribute ``seconds`` of the target's waiting; raises ProbeError or TargetError.
 
-    ``gpu``: the GPU the target feeds and its node, to check its memory against.
+    ``gpu``: the GPU the target feeds and its node, to check its memory against. ``ioctl``: a
+    driver function to time the target's calls of (default: nvidia_ioctl, where the nvidia module
+    is loaded); the report says why when it cannot be timed.
     """
     if target.kind != "canary" and not resolve_tids(host, target):
         raise TargetError(f"{target} has no threads now: start the workload first (diagnose measures it as it runs)")
     interrupts_before, steal_before = facts.interrupt_counts(host), facts.steal_ms(host)
     with ExitStack() as stack:
         attached = attach_probe(stack, host, target, "bpf", canary, probe_class=AttributingProbe)
+        timer, tid_source, ioctl_absent = None, attached.tid_source, None
+        function = ioctl or DEFAULT_FUNCTION
+        if target.kind == "canary":
+            ioctl_absent = "the target is tuned-rl's canary, which makes no driver calls"
+        elif ioctl is None and not host.exists(NVIDIA_MODULE):
+            ioctl_absent = "the nvidia module is not loaded (name another function with --ioctl)"
+        else:
+            try:
+                timer, tid_source = attach_timer(stack, host, function, attached.initial_tids, tid_source)
+            except ProbeError as err:  # IoctlAbsent included: the rest of the diagnosis goes on
+                ioctl_absent = str(err)
         started = time.monotonic()
         end = started + seconds
         seen = set(attached.initial_tids)
         while time.monotonic() < end:
             time.sleep(max(0.0, min(REFRESH_S, end - time.monotonic())))
-            tids = attached.tid_source()  # threads the probe did not see forked (a name or cgroup target)
+            tids = tid_source()  # threads the probe did not see forked (a name or cgroup target)
             attached.probe.watch(tids)
             seen |= tids
             progress(end - time.monotonic())
         elapsed = time.monotonic() - started
         attribution = attached.probe.attribution()
         lost = attached.probe.lost
+        ioctl_figures = (timer.times().to_dict() if timer is not None
+                         else {"function": function, "absent": ioctl_absent})
         steal_after, interrupts_after = facts.steal_ms(host), facts.interrupt_counts(host)
         # Who each holder and target thread is, read while they still run (a canary stops with the stack).
         threads = facts.target_threads(host, attached.tid_source() | seen)
@@ -93,6 +112,7 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
         "interrupts": facts.interrupts_between(interrupts_before, interrupts_after, waited_on),
         "rt_budgets": {c: vars(b) for c, b in rt_budgets.items()},
         "memory": {str(pid): m for pid, m in memory.items()}, "gpu": list(gpu) if gpu else None,
+        "ioctl": ioctl_figures,
         "notes": list(attached.notes) + ([f"{lost} waits could not be attributed in full (no room in a map or a "
                                           "CPU's slots): their time is in \"not attributed\""] if lost else []),
     }

@@ -66,6 +66,7 @@ class Measurement:
     lost: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    ioctl: dict | None = None  # the ioctl timer's figures (IoctlTimes.to_dict), when one was asked for
 
     @property
     def windows(self) -> list[np.ndarray]:
@@ -89,7 +90,8 @@ class Measurement:
 
     def to_dict(self) -> dict:
         return {**self.summary().to_dict(), "lost": self.lost, "probe": self.probe,
-                "windows": len(self.spans), "seconds": round(self.seconds, 2), "notes": self.notes}
+                "windows": len(self.spans), "seconds": round(self.seconds, 2), "notes": self.notes,
+                **({"ioctl": self.ioctl} if self.ioctl is not None else {})}
 
 
 class Recorder:
@@ -263,19 +265,27 @@ def attach_probe(stack: ExitStack, host: Host, target: Target, probe_name: str,
 
 
 def measure_target(host: Host, target: Target, windows: int, window_seconds: float, probe_name: str = "auto",
-                   canary: CanarySpec | None = None, progress: Callable[[float], None] = lambda left: None
-                   ) -> Measurement:
-    """Record ``windows`` windows of ``target`` (nothing is left running afterwards).
+                   canary: CanarySpec | None = None, progress: Callable[[float], None] = lambda left: None,
+                   ioctl: str | None = None) -> Measurement:
+    """Record ``windows`` windows of ``target`` (nothing is left running afterwards); with ``ioctl``,
+    also time the target's calls of that kernel function (``Measurement.ioctl``).
 
     Raises ProbeError or TargetError.
     """
     with ExitStack() as stack:
         attached = attach_probe(stack, host, target, probe_name, canary)
-        recorder = Recorder(attached.probe, attached.tid_source)
+        tid_source, timer = attached.tid_source, None
+        if ioctl:
+            from tuned_rl.measure.probes.ioctl import attach_timer
+            timer, tid_source = attach_timer(stack, host, ioctl, attached.initial_tids, tid_source)
+        recorder = Recorder(attached.probe, tid_source)
         measurement = recorder.record(windows, window_seconds, progress)
         time.sleep(GRACE_S)
         recorder.take()  # waits that began in the last window and ended since
-    measurement.notes = attached.notes
+        if timer is not None:
+            measurement.ioctl = timer.times().to_dict()
+            measurement.notes.append(f"ioctl timer: {timer.describe()}")
+    measurement.notes = attached.notes + measurement.notes
     seen = len(measurement.values) + measurement.lost
     if measurement.lost > 0.01 * seen:
         measurement.notes.append(f"{measurement.lost} of {seen} events were lost ({measurement.lost / seen:.0%}): "

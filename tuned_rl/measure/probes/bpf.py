@@ -17,6 +17,29 @@ from tuned_rl.measure.probes.btf import BtfError, member_offset
 from tuned_rl.measure.probes.granules import (GRANULE_BUCKETS, GRANULE_FIRST_BUCKET, GRANULE_NS, GRANULE_SHIFT,
                                                GRANULES, GranuleRing)
 
+# A wait's histogram bucket: 16 per doubling of its length in ns (fine_bucket_range below).
+FINE_BUCKET_C = r"""
+// The index of the highest bit set (0 for 0 and 1).
+static __always_inline u32 msb_of(u64 v) {
+    u32 msb = 0;
+    if (v >> 32) { v >>= 32; msb += 32; }
+    if (v >> 16) { v >>= 16; msb += 16; }
+    if (v >> 8) { v >>= 8; msb += 8; }
+    if (v >> 4) { v >>= 4; msb += 4; }
+    if (v >> 2) { v >>= 2; msb += 2; }
+    if (v >> 1) { msb += 1; }
+    return msb;
+}
+
+static __always_inline u32 fine_bucket_of(u64 ns) {
+    u32 msb = msb_of(ns);
+    if (msb < 4)
+        return 64;
+    u32 bucket = msb * 16 + (u32)((ns >> (msb - 4)) & 15);
+    return bucket < FINE_BUCKETS ? bucket : FINE_BUCKETS - 1;
+}
+"""
+
 # Before COMMON, when the probe sums waits in the kernel (the default): each wait's length goes to
 # a histogram (16 buckets per doubling, 4.4% wide; one array element, read in one lookup) and the
 # longest to a per-CPU maximum. No event crosses to user space: per-event delivery kept tuned-rl's
@@ -74,26 +97,7 @@ static __always_inline void long_wait_seen(u32 tid, u64 ns, u64 start) {
 }
 #endif
 
-// The index of the highest bit set (0 for 0 and 1).
-static __always_inline u32 msb_of(u64 v) {
-    u32 msb = 0;
-    if (v >> 32) { v >>= 32; msb += 32; }
-    if (v >> 16) { v >>= 16; msb += 16; }
-    if (v >> 8) { v >>= 8; msb += 8; }
-    if (v >> 4) { v >>= 4; msb += 4; }
-    if (v >> 2) { v >>= 2; msb += 2; }
-    if (v >> 1) { msb += 1; }
-    return msb;
-}
-
-static __always_inline u32 fine_bucket_of(u64 ns) {
-    u32 msb = msb_of(ns);
-    if (msb < 4)
-        return 64;
-    u32 bucket = msb * 16 + (u32)((ns >> (msb - 4)) & 15);
-    return bucket < FINE_BUCKETS ? bucket : FINE_BUCKETS - 1;
-}
-
+FINE_BUCKET_C
 static __always_inline void count_by_start(u32 bucket, u64 start) {
     int zero = 0;
     u32 fine = bucket - GRANULE_FIRST_BUCKET;
@@ -136,6 +140,7 @@ static __always_inline void count_wait(u32 tid, u64 ns, u64 start) {
 }
 #define ON_WAIT_LENGTH(tid, ns, start) count_wait(tid, ns, start)
 """
+HISTOGRAM = HISTOGRAM.replace("FINE_BUCKET_C\n", FINE_BUCKET_C)
 FINE_BUCKETS = 1024
 
 
