@@ -41,6 +41,7 @@ class Evidence:
     memory: dict[int, dict] = field(default_factory=dict)           # memory_placement
     named_target: bool = True            # the target is a workload (not a canary): [sched_fifo] needs one
     gpu: tuple[str, int] | None = None   # the GPU the target feeds, and its node (diagnose --gpu)
+    pcie: dict | None = None             # facts.pcie_sharing of that GPU
 
 
 @dataclass
@@ -59,7 +60,7 @@ class Finding:
 
 def find_causes(evidence: Evidence) -> list[Finding]:
     found = []
-    for rule in (offline_jobs, rt_throttling, kernel_threads, interrupts, remote_memory):
+    for rule in (offline_jobs, rt_throttling, kernel_threads, interrupts, remote_memory, pcie_sharing):
         finding = rule(evidence)
         if finding is not None:
             found.append(finding)
@@ -244,6 +245,27 @@ def remote_memory(evidence: Evidence) -> Finding | None:
     return Finding("numa", "the target's memory is not on the node of its CPUs", lines, "numa", {"node": node},
                    "bind its CPUs and memory to one node (the node of the GPU it feeds, where it feeds one: "
                    "diagnose --gpu ADDR checks against it, and gpu = \"ADDR\" in the table binds to it)")
+
+
+def pcie_sharing(evidence: Evidence) -> Finding | None:
+    """NVMe drives or network adapters behind a PCIe bridge above the target's GPU (diagnose --gpu)."""
+    pcie = evidence.pcie
+    if not pcie or not pcie["shared"]:
+        return None
+    path = " -> ".join(pcie["path"])
+    lines = [f"the GPU {pcie['gpu']}: {path} (root port first)"]
+    for shared in pcie["shared"]:
+        where = (f"PCIe switch port {shared['bridge']}" if shared["switch"] else f"root port {shared['bridge']}")
+        lines.append(f"{shared['kind']} {shared['address']}" + (f" ({shared['driver']})" if shared["driver"] else "")
+                     + f" shares {where}: {' -> '.join(shared['path'])}")
+    kinds = sorted({s["kind"] for s in pcie["shared"]})
+    return Finding("pcie-sharing", f"the GPU {pcie['gpu']} shares its PCIe uplink with {', '.join(kinds)} "
+                   f"({len(pcie['shared'])} device(s))", lines, None, None,
+                   "the GPU's transfers and these devices' DMA contend for the shared link: move the NVMe and NIC "
+                   "traffic that runs beside inference (checkpoints, dataset reads, other jobs' network) to devices "
+                   "under another switch or root port, or give the workload a GPU that shares none; or accept the "
+                   "contention where that traffic is rare (a NIC paired with the GPU for GPUDirect RDMA is there "
+                   "by design)")
 
 
 def virtual_machine(evidence: Evidence, throttled: bool = False) -> Finding | None:

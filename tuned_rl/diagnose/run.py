@@ -48,7 +48,7 @@ class Diagnosis:
                         "steal_ms": {c: round(ms, 1) for c, ms in sorted(recorded["steal_ms"].items())}},
             **{key: recorded[key] for key in ("interrupts", "target_threads", "rt_budgets", "memory")},
             "gpu": {"address": self.evidence.gpu[0], "node": self.evidence.gpu[1]} if self.evidence.gpu else None,
-            "ioctl": recorded.get("ioctl"),
+            "ioctl": recorded.get("ioctl"), "pcie": recorded.get("pcie"),
             "notes": self.notes,
         }
 
@@ -100,6 +100,7 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
         rt_budgets = {t.cpu_cgroup: budget for t in threads if t.policy in ("SCHED_FIFO", "SCHED_RR")
                       for budget in [facts.rt_budget(host, t.cpu_cgroup)] if budget is not None}
         memory = facts.memory_placement(host, target_pids)
+        pcie = facts.pcie_sharing(host, gpu[0]) if gpu else None
     waited_on = {r.cpu for r in attribution.held}
     recording = {
         "target": str(target), "attribution": attribution.to_dict(),
@@ -112,7 +113,7 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
         "interrupts": facts.interrupts_between(interrupts_before, interrupts_after, waited_on),
         "rt_budgets": {c: vars(b) for c, b in rt_budgets.items()},
         "memory": {str(pid): m for pid, m in memory.items()}, "gpu": list(gpu) if gpu else None,
-        "ioctl": ioctl_figures,
+        "ioctl": ioctl_figures, "pcie": pcie,
         "notes": list(attached.notes) + ([f"{lost} waits could not be attributed in full (no room in a map or a "
                                           "CPU's slots): their time is in \"not attributed\""] if lost else []),
     }
@@ -133,7 +134,8 @@ def replay(recording: dict, target: Target | None = None, canary: CanarySpec | N
         rt_budgets={c: facts.RtBudget(**b) for c, b in recording["rt_budgets"].items()},
         memory={int(pid): {"pages": {int(n): p for n, p in m["pages"].items()}, "cpu_nodes": m["cpu_nodes"]}
                 for pid, m in recording["memory"].items()},
-        named_target=target.kind != "canary", gpu=tuple(recording["gpu"]) if recording.get("gpu") else None)
+        named_target=target.kind != "canary", gpu=tuple(recording["gpu"]) if recording.get("gpu") else None,
+        pcie=recording.get("pcie"))
     return Diagnosis(target, canary, recording["latency"], recording["notes"], attribution, ranking, evidence,
                      find_causes(evidence), recording)
 
