@@ -351,3 +351,46 @@ def test_the_report_shows_the_ioctl_timer_or_why_it_is_absent_and_old_recordings
              "p50_us": 2200.0, "p99_us": 4000.0, "p999_us": 4100.0, "max_us": 4100.0}
     lines = format_diagnosis(replay({**recording, "ioctl": timed}).to_dict())
     assert any(line.split()[:3] == ["tty_ioctl", "50", "120.0ms"] for line in lines)
+
+
+def _moves(tid: int, migrations: int, worst_after: int, other: int = 1000):
+    from tuned_rl.measure.probes.migrations import DOUBLINGS, ThreadMoves
+    waits, after = [0] * DOUBLINGS, [0] * DOUBLINGS
+    waits[12], waits[22] = other, worst_after + 5  # 4 µs waits, and ~4 ms ones
+    after[22] = worst_after
+    return ThreadMoves(tid, migrations, tuple(waits), tuple(after))
+
+
+def test_threads_that_move_are_named_pinned_by_name_and_merged_with_the_kernel_threads_table(tree):
+    recording = recorded("noisy")
+    diagnosis = replay(recording)
+    k = diagnosis.evidence.tail_doubling()
+    assert 0 < k <= 22
+    threads = [dict(t) for t in recording["target_threads"]]
+    threads[0].update(tid=901, comm="stream-0\n[evil]")  # a thread name is another user's text
+    threads.append({**threads[0], "tid": 902, "comm": "stream-1"})
+    threads.append({**threads[0], "tid": 903, "comm": "idle-one"})
+    moves = [_moves(901, 400, 30).to_dict(), _moves(902, 300, 20).to_dict(), _moves(903, 2, 0).to_dict()]
+    recorded_moves = {**recording, "target_threads": threads, "migrations": moves}
+    result = replay(recorded_moves).to_dict()
+    [finding] = [f for f in result["findings"] if f["cause"] == "migrations"]
+    assert finding["table"] == "cpu_isolation" and set(finding["settings"]["pin"]) == {
+        "^stream\\-0\\\n\\[evil\\]$", "^stream\\-1$"}  # idle-one barely moved: not pinned
+    assert finding["evidence"][0].startswith("stream-0\\n[evil] (tid 901): 400 migrations in")
+    assert [r["tid"] for r in result["migrations"]] == [901, 902, 903]
+    findings = replay(recorded_moves).findings
+    findings.append(type(findings[0])("kernel-threads", "kernel threads", ["k"], "cpu_isolation",
+                                      {"latency_cpus": "1"}, "move them"))
+    text = write_profile("d", Target("name", "^w$"), None, findings, diagnosis.latency)
+    tables = tomllib.loads(text)  # one [cpu_isolation], with the pins as its subtable
+    assert tables["cpu_isolation"]["pin"]["^stream\\-1$"] == tables["cpu_isolation"]["latency_cpus"]
+    assert "# (its keys are in [cpu_isolation] above)" in text
+
+
+def test_threads_that_move_rarely_or_with_no_worst_wait_after_are_no_finding():
+    recording = recorded("noisy")
+    threads = [{**recording["target_threads"][0], "tid": 901, "comm": "stream-0"}]
+    for moves in ([_moves(901, 400, 0)], [_moves(901, 3, 30)]):
+        findings = replay({**recording, "target_threads": threads, "migrations": [m.to_dict() for m in moves]}).findings
+        assert not [f for f in findings if f.cause == "migrations"]
+    assert replay(recording).to_dict()["migrations"] is None  # recorded before migrations were counted

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from tuned_rl.diagnose.facts import Machine, RtBudget, TargetThread
 from tuned_rl.diagnose.holders import Holder, Ranking
+from tuned_rl.host import printable
 from tuned_rl.host.cpus import format_cpu_list, parse_cpu_list
 from tuned_rl.host.host import CMDLINE_LIMIT
+from tuned_rl.measure.probes.migrations import ThreadMoves
 
 REAL_TIME = ("SCHED_FIFO", "SCHED_RR")
 OFFLINE_SHARE = 0.20      # other processes' share of the worst-1% wait that makes them the cause
@@ -22,6 +24,9 @@ IRQ_SHARE = 0.05          # interrupts' share of the wait (or of its worst 1%)
 KTHREAD_SHARE = 0.10      # kernel threads' share of the worst-1% wait
 LOCAL_PAGES = 0.90        # a process with less of its memory on its CPUs' nodes is "remote"
 STEAL_SHARE = 0.005       # steal above this share of the measurement is worth saying
+MIGRATIONS_PER_S = 5.0    # a thread moving this often is one that moves
+MIGRATED_SHARE = 0.10     # of the worst waits, those that followed a migration, that make migrations a cause
+NAMED_MOVERS = 5          # the threads named (and pinned) at most
 
 
 @dataclass
@@ -42,6 +47,28 @@ class Evidence:
     named_target: bool = True            # the target is a workload (not a canary): [sched_fifo] needs one
     gpu: tuple[str, int] | None = None   # the GPU the target feeds, and its node (diagnose --gpu)
     pcie: dict | None = None             # facts.pcie_sharing of that GPU
+    migrations: list[ThreadMoves] | None = None  # each target thread's migrations and waits (None: not counted)
+
+    def tail_doubling(self) -> int:
+        """The doubling of ns (2^k) the worst-1% waits begin in."""
+        return max(self.ranking.tail_from_ns, 1).bit_length() - 1
+
+    def migration_rows(self) -> list[dict] | None:
+        """Each counted thread, most migrations first: its name, migrations, waits, and the worst waits
+        that followed one (those of the doubling the worst 1% begins in, and longer)."""
+        if self.migrations is None:
+            return None
+        names = {t.tid: t.comm for t in self.target_threads}
+        k = self.tail_doubling()
+        tail = sum(sum(m.waits[k:]) for m in self.migrations)
+        rows = []
+        for moves in sorted(self.migrations, key=lambda m: (-m.migrations, m.tid)):
+            after = sum(moves.after_move[k:])
+            rows.append({"tid": moves.tid, "comm": names.get(moves.tid, "?"), "migrations": moves.migrations,
+                         "waits": sum(moves.waits), "waits_after_migration": sum(moves.after_move),
+                         "worst_waits": sum(moves.waits[k:]), "worst_after_migration": after,
+                         "share_of_worst": round(after / tail, 4) if tail else 0.0})
+        return rows
 
 
 @dataclass
@@ -60,7 +87,7 @@ class Finding:
 
 def find_causes(evidence: Evidence) -> list[Finding]:
     found = []
-    for rule in (offline_jobs, rt_throttling, kernel_threads, interrupts, remote_memory, pcie_sharing):
+    for rule in (offline_jobs, rt_throttling, kernel_threads, interrupts, remote_memory, pcie_sharing, migrations):
         finding = rule(evidence)
         if finding is not None:
             found.append(finding)
@@ -245,6 +272,34 @@ def remote_memory(evidence: Evidence) -> Finding | None:
     return Finding("numa", "the target's memory is not on the node of its CPUs", lines, "numa", {"node": node},
                    "bind its CPUs and memory to one node (the node of the GPU it feeds, where it feeds one: "
                    "diagnose --gpu ADDR checks against it, and gpu = \"ADDR\" in the table binds to it)")
+
+
+def migrations(evidence: Evidence) -> Finding | None:
+    """The target's threads moving between CPUs, with the worst waits that followed their moves:
+    pin the threads that move most, by name ([cpu_isolation.pin])."""
+    rows = evidence.migration_rows()
+    if not rows or not evidence.seconds:
+        return None
+    share = sum(r["share_of_worst"] for r in rows)
+    movers = [r for r in rows if r["migrations"] / evidence.seconds >= MIGRATIONS_PER_S and r["comm"] != "?"]
+    movers = movers[:NAMED_MOVERS]
+    if share < MIGRATED_SHARE or not movers:
+        return None
+    tail_us = (1 << evidence.tail_doubling()) / 1000
+    lines = [f"{printable(r['comm'])} (tid {r['tid']}): {r['migrations']} migrations in {evidence.seconds:.0f} s; "
+             f"{r['waits_after_migration']} of its {r['waits']} waits followed one, {r['worst_after_migration']} of "
+             f"them among the worst (from {tail_us:.0f} µs): {_pct(r['share_of_worst'])} of the target's worst waits"
+             for r in movers]
+    summary = (f"the target's threads moved between CPUs: {_pct(share)} of its worst waits followed a migration")
+    latency = _latency_cpus(evidence)
+    advice = "pin the threads that move, each to a CPU of its own (taskset -c, as the report did; by thread name)"
+    if latency is None or not evidence.named_target:
+        why = "this host has one CPU" if latency is None else "[cpu_isolation] needs a [target] naming the workload"
+        return Finding("migrations", summary, lines, None, None, f"{advice} ({why})")
+    cpus = format_cpu_list(latency)
+    pins = {f"^{re.escape(r['comm'])}$": cpus for r in movers}
+    return Finding("migrations", summary, lines, "cpu_isolation", {"latency_cpus": cpus, "pin": pins},
+                   advice + f": [cpu_isolation.pin] gives each matching thread the next of CPUs {cpus}")
 
 
 def pcie_sharing(evidence: Evidence) -> Finding | None:

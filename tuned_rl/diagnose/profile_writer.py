@@ -39,15 +39,29 @@ def write_profile(name: str, target: Target, canary: CanarySpec | None, findings
     if target.kind == "pid":
         lines.append("# A pid changes when the workload restarts: name it by process name, cgroup or unit instead.")
     lines += [f"{key} = {_value(value)}" for key, value in target_table(target, canary).items()]
+    written = set()
     for finding in findings:
         lines.append("")
         lines += [f"# {text}" for text in _comment(finding)]
         if finding.table is None:
             continue
-        settings = dict(finding.settings or {})
+        if finding.table in written:  # a table is written once, with every finding's keys for it
+            lines.append(f"# (its keys are in [{finding.table}] above)")
+            continue
+        written.add(finding.table)
+        settings: dict = {}
+        for same in (f for f in findings if f.table == finding.table):
+            for key, value in (same.settings or {}).items():
+                if isinstance(value, dict):
+                    settings[key] = {**settings.get(key, {}), **value}
+                else:
+                    settings.setdefault(key, value)
         matchers = settings.pop("match", None)
+        subtables = {key: settings.pop(key) for key in [k for k, v in settings.items() if isinstance(v, dict)]}
         lines.append(f"[{finding.table}]")
         lines += [f"{key} = {_value(value)}" for key, value in settings.items()]
+        for key, table in subtables.items():
+            lines += ["", f"[{finding.table}.{key}]"] + [f"{toml_string(k)} = {_value(v)}" for k, v in table.items()]
         for matcher in matchers or []:
             lines += ["", f"[[{finding.table}.match]]"] + [f"{k} = {_value(v)}" for k, v in matcher.items()]
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ from tuned_rl.measure.measurement import attach_probe
 from tuned_rl.measure.probes import ProbeError
 from tuned_rl.measure.probes.attribution import Attribution, AttributingProbe
 from tuned_rl.measure.probes.ioctl import DEFAULT_FUNCTION, NVIDIA_MODULE, attach_timer
+from tuned_rl.measure.probes.migrations import MigrationProbe, ThreadMoves
 from tuned_rl.measure.targets import Target, TargetError, resolve_tids
 
 REFRESH_S = 1.0  # how often a name or cgroup target's threads are looked up again (a /proc scan each time)
@@ -49,6 +50,7 @@ class Diagnosis:
             **{key: recorded[key] for key in ("interrupts", "target_threads", "rt_budgets", "memory")},
             "gpu": {"address": self.evidence.gpu[0], "node": self.evidence.gpu[1]} if self.evidence.gpu else None,
             "ioctl": recorded.get("ioctl"), "pcie": recorded.get("pcie"),
+            "migrations": self.evidence.migration_rows(),
             "notes": self.notes,
         }
 
@@ -78,6 +80,13 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
                 timer, tid_source = attach_timer(stack, host, function, attached.initial_tids, tid_source)
             except ProbeError as err:  # IoctlAbsent included: the rest of the diagnosis goes on
                 ioctl_absent = str(err)
+        movers = MigrationProbe()
+        try:
+            movers.start(attached.initial_tids)
+            stack.callback(movers.stop)
+        except ProbeError as err:
+            movers = None
+            attached.notes.append(f"migrations are not counted: {err}")
         started = time.monotonic()
         end = started + seconds
         seen = set(attached.initial_tids)
@@ -85,11 +94,14 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
             time.sleep(max(0.0, min(REFRESH_S, end - time.monotonic())))
             tids = tid_source()  # threads the probe did not see forked (a name or cgroup target)
             attached.probe.watch(tids)
+            if movers is not None:
+                movers.watch(tids)
             seen |= tids
             progress(end - time.monotonic())
         elapsed = time.monotonic() - started
         attribution = attached.probe.attribution()
         lost = attached.probe.lost
+        moves = [m.to_dict() for m in movers.moves()] if movers is not None else None
         ioctl_figures = (timer.times().to_dict() if timer is not None
                          else {"function": function, "absent": ioctl_absent})
         steal_after, interrupts_after = facts.steal_ms(host), facts.interrupt_counts(host)
@@ -113,7 +125,7 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
         "interrupts": facts.interrupts_between(interrupts_before, interrupts_after, waited_on),
         "rt_budgets": {c: vars(b) for c, b in rt_budgets.items()},
         "memory": {str(pid): m for pid, m in memory.items()}, "gpu": list(gpu) if gpu else None,
-        "ioctl": ioctl_figures, "pcie": pcie,
+        "ioctl": ioctl_figures, "pcie": pcie, "migrations": moves,
         "notes": list(attached.notes) + ([f"{lost} waits could not be attributed in full (no room in a map or a "
                                           "CPU's slots): their time is in \"not attributed\""] if lost else []),
     }
@@ -135,7 +147,8 @@ def replay(recording: dict, target: Target | None = None, canary: CanarySpec | N
         memory={int(pid): {"pages": {int(n): p for n, p in m["pages"].items()}, "cpu_nodes": m["cpu_nodes"]}
                 for pid, m in recording["memory"].items()},
         named_target=target.kind != "canary", gpu=tuple(recording["gpu"]) if recording.get("gpu") else None,
-        pcie=recording.get("pcie"))
+        pcie=recording.get("pcie"),
+        migrations=[ThreadMoves.from_dict(m) for m in recording["migrations"]] if recording.get("migrations") else None)
     return Diagnosis(target, canary, recording["latency"], recording["notes"], attribution, ranking, evidence,
                      find_causes(evidence), recording)
 

@@ -1,0 +1,93 @@
+"""Migrations on this kernel: diagnose names the target's threads that move between CPUs, the profile it
+writes pins them, apply keeps the step, and the threads stop moving."""
+
+
+from __future__ import annotations
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+from tuned_rl.host import Host
+from tuned_rl.measure.probes.migrations import MigrationProbe
+
+try:
+    import tomllib
+except ModuleNotFoundError:
+    import tomli as tomllib
+
+SCENARIOS = Path(__file__).parents[2] / "bench" / "scenarios"
+# A CPU hog that wanders: its own affinity flips between CPU 0 and 1 every 20 ms, pushing the
+# workload's threads from one CPU to the other as it comes.
+WANDERING_HOG = """
+import os, time
+switched, cpu = time.time(), 0
+while True:
+    if time.time() - switched > 0.02:
+        cpu ^= 1
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError:
+            pass
+        switched = time.time()
+"""
+
+
+def migrations_in(pid: int, seconds: float) -> dict[str, int]:
+    """Each thread's migrations over ``seconds``, by name."""
+    host, probe = Host(), MigrationProbe()
+    probe.start(host.thread_ids(pid))
+    try:
+        time.sleep(seconds)
+        return {host.process(m.tid).comm: m.migrations for m in probe.moves()}
+    finally:
+        probe.stop()
+
+
+@pytest.fixture
+def moving_workload():
+    if os.geteuid() != 0 or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs root and two CPUs")
+    workload = subprocess.Popen([sys.executable, str(SCENARIOS / "migrating_threads.py"), "--threads", "3"],
+                                stdout=subprocess.PIPE, text=True)
+    hog = subprocess.Popen([sys.executable, "-c", WANDERING_HOG])
+    try:
+        yield int(workload.stdout.readline())
+    finally:
+        for process in (hog, workload):
+            process.kill()
+            process.wait()
+
+
+def test_diagnose_names_the_moving_threads_its_profile_pins_them_apply_keeps_it_and_they_stop_moving(
+        moving_workload, tmp_path, state_dir):
+    pid = moving_workload
+    written = tmp_path / "diagnosed.toml"
+    code, out, err = run_cli("diagnose", "--target", f"pid:{pid}", "--seconds", "4", "--write-profile", written,
+                             "--json", root=None, state_dir=state_dir, timeout=120)
+    assert code == 0, err
+    result = json.loads(out)
+    [finding] = [f for f in result["findings"] if f["cause"] == "migrations"]
+    named = {line.split(" (tid")[0] for line in finding["evidence"]}
+    assert {"stream-0", "stream-1", "stream-2"} <= named, finding
+    rows = {r["comm"]: r for r in result["migrations"]}
+    before = {name: rows[name]["migrations"] for name in ("stream-0", "stream-1", "stream-2")}
+    assert all(n >= 20 for n in before.values()), before  # at least 5 a second each
+    pins = tomllib.loads(written.read_text())["cpu_isolation"]["pin"]
+    assert {"^stream\\-0$", "^stream\\-1$", "^stream\\-2$"} <= set(pins), pins
+    try:
+        code, out, err = run_cli("apply", written, "--json", root=None, state_dir=state_dir, timeout=600)
+        assert code in (0, 1), err
+        [step] = [s for s in json.loads(out)["steps"] if s["plugin"] == "cpu_isolation"]
+        assert step["outcome"] == "kept", step
+        after = migrations_in(pid, 2.0)
+        assert all(after[name] <= 2 for name in before), (before, after)  # pinned: they no longer move
+    finally:
+        code, _, err = run_cli("rollback", root=None, state_dir=state_dir, timeout=120)
+        assert code == 0, err
+    assert not Path("/sys/fs/cgroup/cpuset/tuned-rl-workload").exists()
