@@ -69,24 +69,8 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
     interrupts_before, steal_before = facts.interrupt_counts(host), facts.steal_ms(host)
     with ExitStack() as stack:
         attached = attach_probe(stack, host, target, "bpf", canary, probe_class=AttributingProbe)
-        timer, tid_source, ioctl_absent = None, attached.tid_source, None
-        function = ioctl or DEFAULT_FUNCTION
-        if target.kind == "canary":
-            ioctl_absent = "the target is tuned-rl's canary, which makes no driver calls"
-        elif ioctl is None and not host.exists(NVIDIA_MODULE):
-            ioctl_absent = "the nvidia module is not loaded (name another function with --ioctl)"
-        else:
-            try:
-                timer, tid_source = attach_timer(stack, host, function, attached.initial_tids, tid_source)
-            except ProbeError as err:  # IoctlAbsent included: the rest of the diagnosis goes on
-                ioctl_absent = str(err)
-        movers = MigrationProbe()
-        try:
-            movers.start(attached.initial_tids)
-            stack.callback(movers.stop)
-        except ProbeError as err:
-            movers = None
-            attached.notes.append(f"migrations are not counted: {err}")
+        timer, tid_source, ioctl_figures = _ioctl_timer(stack, host, target, ioctl, attached)
+        movers = _migration_probe(stack, attached)
         started = time.monotonic()
         end = started + seconds
         seen = set(attached.initial_tids)
@@ -102,8 +86,8 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
         attribution = attached.probe.attribution()
         lost = attached.probe.lost
         moves = [m.to_dict() for m in movers.moves()] if movers is not None else None
-        ioctl_figures = (timer.times().to_dict() if timer is not None
-                         else {"function": function, "absent": ioctl_absent})
+        if timer is not None:
+            ioctl_figures = timer.times().to_dict()
         steal_after, interrupts_after = facts.steal_ms(host), facts.interrupt_counts(host)
         # Who each holder and target thread is, read while they still run (a canary stops with the stack).
         threads = facts.target_threads(host, attached.tid_source() | seen)
@@ -151,6 +135,35 @@ def replay(recording: dict, target: Target | None = None, canary: CanarySpec | N
         migrations=[ThreadMoves.from_dict(m) for m in recording["migrations"]] if recording.get("migrations") else None)
     return Diagnosis(target, canary, recording["latency"], recording["notes"], attribution, ranking, evidence,
                      find_causes(evidence), recording)
+
+
+def _ioctl_timer(stack: ExitStack, host: Host, target: Target, function: str | None, attached):
+    """The ioctl timer on the target's threads (``function``, or nvidia_ioctl where the nvidia module
+    is loaded), the tid source that keeps it watching, and, when it is not timed, why (the report's figures)."""
+    name = function or DEFAULT_FUNCTION
+    if target.kind == "canary":
+        return None, attached.tid_source, {"function": name, "absent": "the target is tuned-rl's canary, which "
+                                                                       "makes no driver calls"}
+    if function is None and not host.exists(NVIDIA_MODULE):
+        return None, attached.tid_source, {"function": name, "absent": "the nvidia module is not loaded (name "
+                                                                       "another function with --ioctl)"}
+    try:
+        timer, tid_source = attach_timer(stack, host, name, attached.initial_tids, attached.tid_source)
+    except ProbeError as err:  # IoctlAbsent included: the rest of the diagnosis goes on
+        return None, attached.tid_source, {"function": name, "absent": str(err)}
+    return timer, tid_source, None
+
+
+def _migration_probe(stack: ExitStack, attached) -> MigrationProbe | None:
+    """The migration counter on the target's threads (None, with a note, where it cannot load)."""
+    movers = MigrationProbe()
+    try:
+        movers.start(attached.initial_tids)
+    except ProbeError as err:
+        attached.notes.append(f"migrations are not counted: {err}")
+        return None
+    stack.callback(movers.stop)
+    return movers
 
 
 def _holder_infos(host: Host, attribution: Attribution, target_pids: set[int], own: set[int]) -> dict[int, HolderInfo]:

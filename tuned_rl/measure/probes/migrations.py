@@ -22,12 +22,13 @@ from typing import Iterable
 
 from tuned_rl.measure.probes.base import ProbeError
 from tuned_rl.measure.probes.btf import member_offset
-from tuned_rl.measure.probes.bpf import recursion_misses
+from tuned_rl.measure.probes.bpf import FINE_BUCKET_C, recursion_misses
 
 DOUBLINGS = 64
 
 PROGRAM = r"""
 #define DOUBLINGS 64
+#define FINE_BUCKETS 1024
 struct thread_moves {
     u64 migrations;
     u64 last_delay;
@@ -39,15 +40,9 @@ struct thread_moves {
 };
 BPF_HASH(threads, u32, struct thread_moves, MAX_THREADS);
 
+FINE_BUCKET_C
 static __always_inline u32 doubling_of(u64 v) {
-    u32 msb = 0;
-    if (v >> 32) { v >>= 32; msb += 32; }
-    if (v >> 16) { v >>= 16; msb += 16; }
-    if (v >> 8) { v >>= 8; msb += 8; }
-    if (v >> 4) { v >>= 4; msb += 4; }
-    if (v >> 2) { v >>= 2; msb += 2; }
-    if (v >> 1) { msb += 1; }
-    return msb & (DOUBLINGS - 1);
+    return msb_of(v) & (DOUBLINGS - 1);
 }
 
 RAW_TRACEPOINT_PROBE(sched_migrate_task) {
@@ -92,7 +87,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     }
     return 0;
 }
-"""
+""".replace("FINE_BUCKET_C\n", FINE_BUCKET_C)
 
 
 @dataclass(frozen=True)
