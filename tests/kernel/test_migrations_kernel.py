@@ -68,7 +68,7 @@ def test_diagnose_names_the_moving_threads_its_profile_pins_them_apply_keeps_it_
         moving_workload, tmp_path, state_dir):
     pid = moving_workload
     written = tmp_path / "diagnosed.toml"
-    code, out, err = run_cli("diagnose", "--target", f"pid:{pid}", "--seconds", "4", "--write-profile", written,
+    code, out, err = run_cli("diagnose", "--target", f"pid:{pid}", "--seconds", "3", "--write-profile", written,
                              "--json", root=None, state_dir=state_dir, timeout=120)
     assert code == 0, err
     result = json.loads(out)
@@ -77,7 +77,7 @@ def test_diagnose_names_the_moving_threads_its_profile_pins_them_apply_keeps_it_
     assert {"stream-0", "stream-1", "stream-2"} <= named, finding
     rows = {r["comm"]: r for r in result["migrations"]}
     before = {name: rows[name]["migrations"] for name in ("stream-0", "stream-1", "stream-2")}
-    assert all(n >= 20 for n in before.values()), before  # at least 5 a second each
+    assert all(n >= 15 for n in before.values()), before  # at least 5 a second each
     pins = tomllib.loads(written.read_text())["cpu_isolation"]["pin"]
     assert {"^stream\\-0$", "^stream\\-1$", "^stream\\-2$"} <= set(pins), pins
     try:
