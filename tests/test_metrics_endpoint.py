@@ -2,6 +2,7 @@
 prometheus_client's own parser."""
 
 from __future__ import annotations
+import os
 
 import urllib.error
 import urllib.request
@@ -51,7 +52,8 @@ def figures(counts, over=None, window=None) -> WatchFigures:
     totals = Totals(counts, 123_456_789, 20_000_000, over or {0: 0, 1: 2}, 5, 0)
     state = TelemetryState(totals, window, 250.0, alarms=2, alarms_suppressed=7, regressions=1,
                            attribution_attached_s=31.5)
-    return WatchFigures('name:model"\n', "node", state, 0.010, {"kept": 2, "reverted": 1}, 3, 4, 0, 1.25)
+    return WatchFigures('name:model"\n', "node", state, 0.010, {"kept": 2, "reverted": 1}, 3, 4, 0, 1.25,
+                        48_000_000)
 
 
 def scrape_text(figures_fn) -> str:
@@ -91,6 +93,7 @@ def test_a_scrape_parses_and_its_histogram_holds_the_kernels_counts():
     assert got[("tuned_rl_steps", (("outcome", "inconclusive"), ("profile", "node")))] == 0
     assert got[("tuned_rl_watch_processes_evicted_total", ())] == 4
     assert got[("tuned_rl_watch_cpu_seconds_total", ())] == 1.25
+    assert got[("tuned_rl_watch_resident_memory_bytes", ())] == 48_000_000
     assert "# TYPE tuned_rl_runqueue_latency_seconds histogram" in text
 
 
@@ -114,3 +117,11 @@ def test_the_endpoint_serves_metrics_on_loopback_and_nothing_else():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_watchs_own_resident_memory_is_read_through_psutil():
+    from tuned_rl.watch import metrics_endpoint
+    resident = metrics_endpoint._own_process().memory_info().rss
+    with open("/proc/self/statm") as handle:
+        pages = int(handle.read().split()[1])
+    assert resident == pytest.approx(pages * os.sysconf("SC_PAGE_SIZE"), rel=0.2)

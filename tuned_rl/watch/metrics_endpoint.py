@@ -18,11 +18,13 @@ when scraped, nothing is kept twice):
   ``tuned_rl_watch_process_events_lost_total`` (process events the kernel dropped);
 - ``tuned_rl_steps`` (the applied profile's verified steps, per outcome: kept, reverted, inconclusive);
 - ``tuned_rl_watch_processes_placed_total``, ``tuned_rl_watch_processes_evicted_total``,
-  ``tuned_rl_watch_cpu_seconds_total`` (watch's own CPU time).
+  ``tuned_rl_watch_cpu_seconds_total`` (watch's own CPU time), ``tuned_rl_watch_resident_memory_bytes``
+  (its resident memory, from psutil).
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import time
@@ -155,6 +157,8 @@ class WatchCollector:
                  f.events_lost),
                 ("tuned_rl_watch_cpu_seconds", "CPU time watch used (user and system).", f.cpu_seconds)):
             yield _family(CounterMetricFamily, name, text, None, value)
+        yield _family(GaugeMetricFamily, "tuned_rl_watch_resident_memory_bytes",
+                      "Memory watch holds now (its resident set, from psutil).", None, f.resident_bytes)
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,7 @@ class WatchFigures:
     evicted: int
     events_lost: int
     cpu_seconds: float
+    resident_bytes: int = 0
 
 
 def figures_of(watcher) -> WatchFigures:
@@ -178,7 +183,15 @@ def figures_of(watcher) -> WatchFigures:
         outcomes[verdict.get("outcome")] = outcomes.get(verdict.get("outcome"), 0) + 1
     return WatchFigures(str(telemetry.target) if telemetry else "", applied.profile if applied else "",
                         telemetry.state if telemetry else None, telemetry.settings.alarm_ms / 1e3 if telemetry else 0.0,
-                        outcomes, watcher.stats.placed, watcher.stats.evicted, watcher.stats.lost, time.process_time())
+                        outcomes, watcher.stats.placed, watcher.stats.evicted, watcher.stats.lost, time.process_time(),
+                        _own_process().memory_info().rss)
+
+
+@functools.lru_cache(maxsize=1)
+def _own_process():
+    """watch's own process, as psutil reads it (one object: psutil keeps its /proc file handles)."""
+    import psutil
+    return psutil.Process()
 
 
 def _family(cls, name, text, target, value):
