@@ -48,7 +48,8 @@ from tuned_rl import Change, Key, Kind, Problem, Step, Table, hookimpl
 from tuned_rl.host import format_cpu_list, parse_cpu_list
 from tuned_rl.host import printable
 from tuned_rl.host.numa import NumaError, node_of, page_shares, topology
-from tuned_rl.host.shared_memory import SEGMENT_NAME, SHM_DIRECTORY, SegmentGone, mapped_segments, resident_pages
+from tuned_rl.host.shared_memory import (SEGMENT_NAME, SHM_DIRECTORY, SegmentGone, mapped_segments, parse_policy,
+                                         resident_pages)
 from tuned_rl.measure.targets import is_target_process, target_from_table, workload_for_step
 
 UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]+\.service$")
@@ -151,7 +152,6 @@ class ShmPolicy(Kind):
 
 def _policy_nodes(policy: str) -> set[int] | None:
     """The nodes a policy names ("bind:0-1" -> {0, 1}; "default" -> set()), None if it is not one."""
-    from tuned_rl.host.shared_memory import parse_policy
     try:
         return parse_policy(policy)[1]
     except ValueError:

@@ -15,7 +15,6 @@ how many ioctls the main thread made and their total and mean time by its own cl
 from __future__ import annotations
 
 import argparse
-import ctypes
 import fcntl
 import json
 import os
@@ -26,11 +25,9 @@ import termios
 import threading
 import time
 
+from migrating_threads import name_thread  # this folder is on sys.path when run
+
 FILL = 128 * 1024
-
-
-def name_thread(name: str) -> None:
-    ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
 def one_round(master: int, slave: int, attributes: bytes, delay_s: float) -> int:

@@ -204,12 +204,10 @@ def memory_placement(host: Host, pids: set[int]) -> dict[int, dict]:
 
 def pcie_sharing(host: Host, gpu: str) -> dict:
     """The GPU's PCI path and each NVMe drive and network adapter under a bridge above it (JSON-ready)."""
-    from tuned_rl.host.numa import NVIDIA_NAME, _nvidia_address
+    from tuned_rl.host.numa import gpu_address
     from tuned_rl.host.pci import sharing_with
     try:
-        match = NVIDIA_NAME.match(gpu)
-        address = _nvidia_address(host, int(match.group(1))) if match else gpu
-        found, shared = sharing_with(host, address)
+        found, shared = sharing_with(host, gpu_address(host, gpu))
     except (LookupError, ValueError, OSError) as err:  # NumaError is a ValueError
         return {"gpu": gpu, "path": [], "shared": [], "unreadable": str(err)}
     return {"gpu": found.address, "path": list(found.path),

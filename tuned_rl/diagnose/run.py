@@ -86,6 +86,9 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
         attribution = attached.probe.attribution()
         lost = attached.probe.lost
         moves = [m.to_dict() for m in movers.moves()] if movers is not None else None
+        if movers is not None and movers.lost:
+            attached.notes.append(f"migrations: {movers.lost} threads or program runs were not counted (no room, "
+                                  "or the kernel skipped a run)")
         if timer is not None:
             ioctl_figures = timer.times().to_dict()
         steal_after, interrupts_after = facts.steal_ms(host), facts.interrupt_counts(host)

@@ -54,12 +54,15 @@ def topology(host) -> Topology:
     return Topology(cpus)
 
 
+def gpu_address(host, gpu: str) -> str:
+    """The PCI address of a GPU named by PCI address ("0000:3b:00.0") or "nvidiaN" (NumaError if unknown)."""
+    match = NVIDIA_NAME.match(gpu)
+    return _nvidia_address(host, int(match.group(1))) if match else gpu
+
+
 def gpu_node(host, gpu: str) -> int:
     """The NUMA node of a GPU named by PCI address ("0000:3b:00.0") or "nvidiaN"."""
-    address = gpu
-    match = NVIDIA_NAME.match(gpu)
-    if match:
-        address = _nvidia_address(host, int(match.group(1)))
+    address = gpu_address(host, gpu)
     if not PCI_ADDRESS.match(address):
         raise NumaError(f"gpu {gpu!r}: name a PCI address such as \"0000:3b:00.0\" or an NVIDIA device such as "
                         "\"nvidia0\"")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import re
 import stat
@@ -110,11 +111,7 @@ class _Mapping:
             self.inode, self.size = info.st_ino, info.st_size
             self.length = -(-max(self.size, 1) // os.sysconf("SC_PAGE_SIZE")) * os.sysconf("SC_PAGE_SIZE")
             if self.size:
-                libc = _libc()
-                libc.mmap.restype = ctypes.c_void_p
-                libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                      ctypes.c_long]
-                address = libc.mmap(None, self.length, PROT_READ, MAP_SHARED, self.fd, 0)
+                address = _mapping_calls().mmap(None, self.length, PROT_READ, MAP_SHARED, self.fd, 0)
                 if address in (None, _MAP_FAILED):
                     code = ctypes.get_errno()
                     raise OSError(code, f"mmap {path}: {os.strerror(code)}")
@@ -133,11 +130,19 @@ class _Mapping:
 
     def close(self) -> None:
         if self.address is not None:
-            libc = _libc()
-            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-            libc.munmap(ctypes.c_void_p(self.address), self.length)
+            _mapping_calls().munmap(ctypes.c_void_p(self.address), self.length)
             self.address = None
         os.close(self.fd)
+
+
+@functools.lru_cache(maxsize=None)
+def _mapping_calls():
+    """The C library with mmap(2) and munmap(2) declared (their pointers and sizes are not ints)."""
+    libc = _libc()
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
 
 
 def read_policy(path: str) -> SegmentPolicy:

@@ -26,11 +26,12 @@ from typing import Iterable
 
 import numpy as np
 
+from tuned_rl.core.report import format_table
 from tuned_rl.host import Host
 from tuned_rl.measure.probes.base import ProbeError
 from tuned_rl.measure.probes.bpf import FINE_BUCKET_C, FINE_BUCKET_MIDDLES, recursion_misses
 from tuned_rl.measure.probes.btf import BtfError, member_offset
-from tuned_rl.measure.stats import quantile_ns
+from tuned_rl.measure.stats import format_us, quantile_ns
 
 KPROBE_PMU = "/sys/bus/event_source/devices/kprobe"
 SYSCALL_TRACEPOINT = "/sys/kernel/tracing/events/syscalls/sys_enter_ioctl"
@@ -280,8 +281,6 @@ def attach_timer(stack, host: Host, function: str, tids: set[int], tid_source):
 
 def format_times(figures: dict) -> list[str]:
     """The timer's figures (``IoctlTimes.to_dict``, or ``{"function", "absent"}``) as table lines."""
-    from tuned_rl.core.report import format_table
-    from tuned_rl.measure.stats import format_us
     if "absent" in figures:
         return [f"ioctl timer: {figures['function']} is not timed: {figures['absent']}"]
     if not figures["calls"]:
