@@ -11,7 +11,9 @@ description:
     reverted. Nothing changes, and C(changed=false), when the same profile is already applied and every
     value it set still holds.
   - Check mode runs C(tuned-rl apply --dry-run) and reports C(changed) when the plan changes something;
-    with C(--diff) it shows the host's live values before and the planned values after.
+    with C(--diff) it shows the host's live values before and the planned values after. On a node
+    without tuned-rl yet (check mode installs nothing), it reports C(changed) and, with C(--diff), the
+    profile that would be applied.
   - C(state=absent) rolls back everything tuned-rl applied on the host.
 options:
   profile:
@@ -88,10 +90,39 @@ def live_diff(plan):
             "before_header": "live values", "after_header": f"profile {plan['profile']}"}
 
 
+def executable_path(module):
+    """The tuned-rl command's path on this node, or None where it is not installed (yet)."""
+    executable = module.params["executable"]
+    if os.sep in executable:
+        return executable if os.access(executable, os.X_OK) else None
+    return module.get_bin_path(executable)
+
+
+def not_installed(module, profile):
+    """Check mode on a node the role has not installed tuned-rl on yet: the profile would be applied."""
+    executable = module.params["executable"]
+    if not module.check_mode:
+        module.fail_json(msg=f"{executable} not found: tuned-rl is not installed on this node (the role's "
+                             "tuned_rl_install: deb or pip installs it)")
+    content = module.params["content"]
+    if content is None and os.path.exists(profile):
+        with open(profile, encoding="utf-8", errors="replace") as handle:
+            content = handle.read()
+    result = {"changed": True, "steps": [], "reverted": [],
+              "msg": f"tuned-rl is not installed yet ({executable} not found): once installed, the profile "
+                     f"{profile} would be applied, each step verified; its plan needs tuned-rl"}
+    if module._diff:
+        result["diff"] = {"before": "", "after": content or "", "before_header": "tuned-rl not installed",
+                          "after_header": f"profile {profile}, to be applied"}
+    module.exit_json(**result)
+
+
 def present(module):
     profile = module.params["profile"]
     if not profile:
         module.fail_json(msg="state=present needs profile")
+    if executable_path(module) is None:
+        not_installed(module, profile)
     if not os.path.exists(profile) and module.params["content"] is not None and module.check_mode:
         handle = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
         with handle:
@@ -126,6 +157,9 @@ def present(module):
 
 
 def absent(module):
+    if executable_path(module) is None:
+        module.exit_json(changed=False, steps=[], msg=f"{module.params['executable']} not found: tuned-rl is "
+                         "not installed here, so it has applied nothing this role can roll back")
     status = json_of(module, *run(module, "status", "--json"), "status")
     applied = bool(status["changes"]) or status["profile"] is not None
     result = {"changed": applied, "steps": []}
