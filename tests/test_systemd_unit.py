@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-UNIT = Path(__file__).parent.parent / "packaging" / "systemd" / "tuned-rl.service"
+UNIT = Path(__file__).parent.parent / "debian" / "tuned-rl.service"
 RT = "/proc/sys/kernel/sched_rt_runtime_us"
 
 
