@@ -52,6 +52,8 @@ WORKQUEUE_MASK = "/sys/devices/virtual/workqueue/cpumask"
 BOOT_ARGUMENTS = ("isolcpus", "nohz_full", "rcu_nocbs")
 CPUSET_KEYS = ("cpuset.cpus", "cpuset.mems")
 
+TUNED_RL_PLUGIN_API = "0.2"
+
 TABLE = Table(
     "cpu_isolation",
     "Give the workload ([target]) the latency CPUs; every other task goes to the housekeeping CPUs.",

@@ -37,6 +37,8 @@ IRQBALANCE_CONFIGS = {"debian": "/etc/default/irqbalance", "rhel": "/etc/sysconf
 IRQBALANCE_BINARIES = ("/usr/sbin/irqbalance", "/sbin/irqbalance", "/usr/bin/irqbalance")
 IRQBALANCE_UNIT = "irqbalance.service"
 
+TUNED_RL_PLUGIN_API = "0.2"
+
 TABLE = Table(
     "irq_isolation",
     "Keep interrupts and network queue work off the latency CPUs.",

@@ -57,6 +57,8 @@ DROP_IN = "tuned-rl-numa.conf"
 SEGMENT_PATTERN = re.compile(r"^/dev/shm/[A-Za-z0-9_.@:+,=\-*?\[\]!]{1,255}$")
 MIN_SHARE = 0.01  # a node holding less of a process's pages than this does not count as holding them
 
+TUNED_RL_PLUGIN_API = "0.2"
+
 TABLE = Table(
     "numa",
     "Bind the workload's CPUs and memory to one NUMA node (or its GPU's).",

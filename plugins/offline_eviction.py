@@ -76,6 +76,8 @@ class Matchers(ValueType):
         return None
 
 
+TUNED_RL_PLUGIN_API = "0.2"
+
 TABLE = Table(
     "offline_eviction",
     "Move offline jobs out of the workload's way: a cgroup with minimal CPU weight, and per-thread options.",

@@ -13,6 +13,8 @@ GLOBAL_PERIOD = "/proc/sys/kernel/sched_rt_period_us"
 UNLIMITED = -1
 MAX_US = 2**31 - 1
 
+TUNED_RL_PLUGIN_API = "0.2"
+
 TABLE = Table(
     "rt_runtime",
     "How much of each period SCHED_FIFO/RR threads may run before the kernel throttles them.",

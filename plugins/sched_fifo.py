@@ -26,6 +26,8 @@ from tuned_rl.measure.targets import is_target_process, named_workload_problem, 
 
 REAL_TIME = ("SCHED_FIFO", "SCHED_RR")
 
+TUNED_RL_PLUGIN_API = "0.2"
+
 TABLE = Table(
     "sched_fifo",
     "Move the workload's SCHED_FIFO / SCHED_RR threads to SCHED_OTHER at a high priority (nice).",

@@ -21,6 +21,8 @@ from tuned_rl import Change, Key, Problem, Step, Table, hookimpl
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-/:]*$")
 RT_RUNTIME = "/proc/sys/kernel/sched_rt_runtime_us"
 
+TUNED_RL_PLUGIN_API = "0.2"
+
 TABLE = Table(
     "sysctl",
     'Kernel parameters under /proc/sys, one step each: "vm.swappiness" = 10.',

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuned_rl import Change, Key, Problem, Step, Table, hookimpl, hookspec
+from tuned_rl import PLUGIN_API_VERSION, Change, Key, Problem, Step, Table, hookimpl, hookspec
 from tuned_rl.core.plugin_host import load_plugins
 from tuned_rl.profiles.loader import load_profile
 
@@ -113,15 +113,71 @@ def test_a_profile_written_in_reverse_phase_order_applies_in_phase_order(tree, c
     agent.rollback()
 
 
-def test_a_table_without_a_known_phase_fails_its_plugin():
+def test_a_plugin_of_the_current_api_whose_table_has_no_known_phase_fails():
     class NoPhase:
+        TUNED_RL_PLUGIN_API = PLUGIN_API_VERSION
+
         @hookimpl
         def tuned_rl_tables(self):
             return [Table("nophase", "test")]
 
-    plugins = load_plugins(extra=[("nophase", NoPhase())])
-    assert plugins.failures[0].name == "nophase" and "phase None" in plugins.failures[0].error
-    assert "nophase" not in plugins.tables
+    class UnknownPhase:  # an API 0.1 plugin too: only a missing phase is let through
+        @hookimpl
+        def tuned_rl_tables(self):
+            return [Table("early", "test", phase="early")]
+
+    plugins = load_plugins(extra=[("nophase", NoPhase()), ("unknown", UnknownPhase())])
+    assert [(f.name, "phase None" in f.error, "phase 'early'" in f.error) for f in plugins.failures] == [
+        ("nophase", True, False), ("unknown", False, True)]
+    assert "nophase" not in plugins.tables and "early" not in plugins.tables and not plugins.warnings
+
+
+class WrittenForTheFirstRelease:
+    """A plugin of tuned-rl 0.1: no TUNED_RL_PLUGIN_API, its table declares no phase."""
+
+    @hookimpl
+    def tuned_rl_tables(self):
+        return [Table("legacy", "test", {"on": Key(bool, "on")})]
+
+    @hookimpl
+    def tuned_rl_plan(self, profile, host):
+        if profile.get("legacy") is None:
+            return []
+        return [Step("legacy", "legacy step", [Change("file", "/proc/sys/vm/swappiness", "60", "10")])]
+
+
+def test_a_plugin_written_for_api_0_1_loads_with_a_warning_saying_what_to_add_and_runs_after_every_phase(
+        tree, profile_file):
+    plugins = load_plugins(extra=[("legacy", WrittenForTheFirstRelease())])
+    assert not plugins.failures and plugins.apis["legacy"] == "0.1" and plugins.apis["sysctl"] == PLUGIN_API_VERSION
+    [warning] = plugins.warnings
+    assert warning.name == "legacy" and "table [legacy] declares no phase (plugin API 0.1)" in warning.warning
+    assert 'Add phase="..." to its Table(...)' in warning.warning and "kernel, cgroups" in warning.warning
+    assert f'TUNED_RL_PLUGIN_API = "{PLUGIN_API_VERSION}"' in warning.warning and "until tuned-rl 0.3" in warning.warning
+    # Written first in the profile, its step still runs after every phase's (here [rt_runtime]'s, kernel).
+    profile = load_profile(profile_file('[legacy]\non = true\n[rt_runtime]\nglobal_runtime_us = 900000\n'))
+    assert plugins.validate(profile, tree.host) == []
+    assert [s.table for s in plugins.plan(profile, tree.host)] == ["rt_runtime", "legacy"]
+
+
+@pytest.mark.parametrize("declared, wanted", [
+    ("0.3", "written for plugin API 0.3; this tuned-rl has 0.2: upgrade tuned-rl"),
+    ("1.0", "written for plugin API 1.0"),
+    ("0.0", "older than any this tuned-rl loads"),
+    ("two", 'TUNED_RL_PLUGIN_API must be "MAJOR.MINOR"'),
+    (2, "TUNED_RL_PLUGIN_API must be a string"),
+])
+def test_a_plugin_asking_for_an_api_this_tuned_rl_lacks_is_not_loaded(declared, wanted):
+    class Newer:
+        TUNED_RL_PLUGIN_API = declared
+
+        @hookimpl
+        def tuned_rl_tables(self):
+            return [Table("newer", "test", phase="kernel")]
+
+    plugins = load_plugins(extra=[("newer", Newer())])
+    assert plugins.failures[0].name == "newer" and wanted in plugins.failures[0].error
+    assert "newer" not in plugins.tables and not plugins.manager.has_plugin("newer")
 
 
 def test_plugin_tables_lists_each_plugin_with_its_tables():

@@ -53,7 +53,17 @@ def third_party(tmp_path_factory):
                               {"swappiness": "trl_swappiness"})
     broken = build_distribution(tmp_path, "tuned-rl-broken", {"trl_broken": "import no_such_module\n"},
                                 {"broken": "trl_broken"})
-    return {"PYTHONPATH": f"{good}:{broken}"}
+    old = build_distribution(tmp_path, "tuned-rl-dirty", {"trl_dirty": written_for_0_1()}, {"dirty": "trl_dirty"})
+    return {"PYTHONPATH": f"{good}:{broken}:{old}"}
+
+
+def written_for_0_1() -> str:
+    """The guide's example as a plugin for tuned-rl 0.1 was written: no plugin API named, no phase."""
+    code = guide_example().replace("swappiness", "dirty_ratio").replace("vm.dirty_ratio\"", "vm.dirty_ratio (%)\"")
+    code = re.sub(r"^TUNED_RL_PLUGIN_API = .*\n", "", code, flags=re.M)
+    code = code.replace(',\n                  phase="kernel")', ")")
+    assert "TUNED_RL_PLUGIN_API" not in code and "phase=" not in code, code
+    return code
 
 
 def test_the_guides_example_is_a_working_plugin():
@@ -68,7 +78,30 @@ def test_plugins_lists_the_third_party_plugin_and_the_broken_one(third_party, tm
     assert listing["failed"][0]["name"] == "broken" and "no_such_module" in listing["failed"][0]["error"]
     assert "plugin broken failed to load: ModuleNotFoundError" in err
     human = run_cli("plugins", root=None, state_dir=tmp_path / "s", env=third_party)[1]
-    assert re.search(r"swappiness\s+\[swappiness\] \(kernel\)\s+loaded", human)
+    assert re.search(r"swappiness\s+0\.2\s+\[swappiness\] \(kernel\)\s+loaded", human)
+
+
+def test_a_plugin_written_for_0_1_loads_with_a_warning_and_its_step_applies_after_every_phase(
+        third_party, tree, profile_file, state_dir):
+    status, out, err = run_cli("plugins", "--json", root=None, state_dir=state_dir, env=third_party)
+    listing = json.loads(out)
+    assert listing["plugin_api"] == tuned_rl.PLUGIN_API_VERSION
+    assert {p["name"]: p["api"] for p in listing["plugins"]}["dirty"] == "0.1"
+    [deprecated] = listing["deprecated"]
+    assert deprecated["name"] == "dirty" and "table [dirty_ratio] declares no phase" in deprecated["warning"]
+    assert 'tuned-rl: plugin dirty: deprecated: table [dirty_ratio] declares no phase (plugin API 0.1)' in err
+    assert 'Add phase="..." to its Table(...)' in err
+    human = run_cli("plugins", root=None, state_dir=state_dir, env=third_party)[1]
+    assert re.search(r"dirty\s+0\.1\s+\[dirty_ratio\] \(after every phase\)\s+loaded \(deprecated", human)
+    tree.set("/proc/sys/vm/dirty_ratio", "20")
+    path = profile_file("[dirty_ratio]\nvalue = 10\n[swappiness]\nvalue = 10\n")
+    status, out, err = run_cli("apply", path, "--json", root=tree.root, state_dir=state_dir, env=third_party)
+    assert status == 0, err
+    steps = json.loads(out)["steps"]
+    assert [(s["plugin"], s["outcome"]) for s in steps] == [("swappiness", "applied"), ("dirty", "applied")]
+    assert tree.get("/proc/sys/vm/dirty_ratio") == "10"
+    assert run_cli("rollback", root=tree.root, state_dir=state_dir, env=third_party)[0] == 0
+    assert tree.get("/proc/sys/vm/dirty_ratio") == "20"
 
 
 def test_third_party_table_is_validated_applied_and_rolled_back(third_party, tree, profile_file, state_dir):

@@ -17,6 +17,7 @@ and ``my_package/swappiness.py``, a complete plugin for a ``[swappiness]`` table
 
     from tuned_rl import Change, Key, Problem, Step, Table, hookimpl
 
+    TUNED_RL_PLUGIN_API = "0.2"  # the plugin API this module is written for
     TARGET = "/proc/sys/vm/swappiness"
 
     @hookimpl
@@ -38,7 +39,10 @@ and ``my_package/swappiness.py``, a complete plugin for a ``[swappiness]`` table
         change = Change("file", TARGET, before=host.read(TARGET), after=str(table["value"]))
         return [Step("swappiness", "set vm.swappiness", [change])]
 
-Every hook is documented in :mod:`tuned_rl.hookspec`. Read the host only through
+Every hook is documented in :mod:`tuned_rl.hookspec`. ``TUNED_RL_PLUGIN_API`` names the plugin
+API the module is written for (:mod:`tuned_rl.core.plugin_api`): a plugin asking for a newer one than
+the installed tuned-rl has is not loaded, and one that names none is taken for an API 0.1 plugin,
+whose tables may lack a phase until tuned-rl 0.3 (they load with a warning). Read the host only through
 the ``host`` argument (tests point it at a temporary tree; ``host.processes()``
 and ``host.threads(pid)`` list tasks), and never write in a hook: a plan is pure,
 so ``tuned-rl apply --dry-run`` can show it safely.
@@ -59,13 +63,14 @@ import pluggy
 
 from tuned_rl.core.changes import Change, Step
 from tuned_rl.core.kinds import Kind
+from tuned_rl.core.plugin_api import PLUGIN_API_VERSION
 from tuned_rl.host import Host, ProcessInfo, Task
 from tuned_rl.profiles.loader import Profile
 from tuned_rl.profiles.schema import CgroupPath, CpuList, Key, Map, Problem, Regex, Table, ValueType
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 hookimpl = pluggy.HookimplMarker("tuned_rl")
 
-__all__ = ["CgroupPath", "Change", "CpuList", "Host", "Key", "Kind", "Map", "ProcessInfo", "Problem", "Profile",
+__all__ = ["PLUGIN_API_VERSION", "CgroupPath", "Change", "CpuList", "Host", "Key", "Kind", "Map", "ProcessInfo", "Problem", "Profile",
            "Regex", "Step", "Table", "Task", "ValueType", "hookimpl"]

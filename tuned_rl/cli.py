@@ -14,6 +14,7 @@ from tuned_rl.core.agent import Agent, HostError
 from tuned_rl.core.journal import DEFAULT_STATE_DIR, Journal, JournalError
 from tuned_rl.core.lock import LockHeld, StateDirError
 from tuned_rl.core.phases import PHASES
+from tuned_rl.core.plugin_api import PLUGIN_API_VERSION
 from tuned_rl.core.plugin_host import load_plugins
 from tuned_rl.core import metrics
 from tuned_rl.core.report import format_table, to_diff
@@ -159,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     plugins = load_plugins()
     for failure in plugins.failures:
         print(f"tuned-rl: plugin {failure.name} failed to load: {failure.error}", file=sys.stderr)
+    for warning in plugins.warnings:
+        print(f"tuned-rl: plugin {warning.name}: deprecated: {warning.warning}", file=sys.stderr)
     show = _progress_printer()
     agent = Agent(plugins, host, Journal(args.state_dir), progress=lambda message: show(message, end="\r"))
     try:
@@ -347,17 +350,24 @@ def _for_people(rows: list[dict], key: str, routine: str) -> tuple[list[dict], l
 def cmd_plugins(agent: Agent, args) -> int:
     listing = agent.plugins.plugin_tables()
     failures = {f.name: f.error for f in agent.plugins.failures}
+    apis, warnings = agent.plugins.apis, agent.plugins.warnings
     if args.json:
-        print(json.dumps({"plugins": [{"name": n, "tables": [{"name": t.name, "phase": t.phase, "help": t.help}
-                                                              for t in tables]}
+        print(json.dumps({"plugin_api": PLUGIN_API_VERSION,
+                          "plugins": [{"name": n, "api": apis.get(n),
+                                       "tables": [{"name": t.name, "phase": t.phase, "help": t.help} for t in tables]}
                                       for n, tables in listing.items()],
                           "phases": list(PHASES),
-                          "failed": [{"name": n, "error": e} for n, e in failures.items()]}, indent=2))
+                          "failed": [{"name": n, "error": e} for n, e in failures.items()],
+                          "deprecated": [{"name": w.name, "warning": w.warning} for w in warnings]}, indent=2))
         return EXIT_OK
-    rows = [(name, ", ".join(f"[{t.name}] ({t.phase})" for t in tables), "loaded") for name, tables in listing.items()]
-    rows += [(name, "", f"failed: {error}") for name, error in failures.items()]
-    print("\n".join(format_table(("PLUGIN", "TABLES (PHASE)", "STATE"), rows)))
-    print(f"steps run in phase order: {' -> '.join(PHASES)}")
+    rows = [(name, apis.get(name, ""), ", ".join(f"[{t.name}] ({t.phase or 'after every phase'})" for t in tables),
+             "loaded" + (" (deprecated, see below)" if any(w.name == name for w in warnings) else ""))
+            for name, tables in listing.items()]
+    rows += [(name, "", "", f"failed: {error}") for name, error in failures.items()]
+    print("\n".join(format_table(("PLUGIN", "API", "TABLES (PHASE)", "STATE"), rows)))
+    print(f"steps run in phase order: {' -> '.join(PHASES)}; this tuned-rl's plugin API: {PLUGIN_API_VERSION}")
+    for warning in warnings:
+        print(f"{warning.name}: {warning.warning}")
     return EXIT_OK
 
 

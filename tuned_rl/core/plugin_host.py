@@ -10,7 +10,8 @@ import pluggy
 from tuned_rl import hookspec
 from tuned_rl.core.changes import Step
 from tuned_rl.core.kinds import register_kind
-from tuned_rl.core.phases import PHASES, phase_rank
+from tuned_rl.core.phases import phase_rank
+from tuned_rl.core.plugin_api import declared_api, table_warnings
 from tuned_rl.host import Host
 from tuned_rl.profiles.loader import PROFILE_TABLE, Profile
 from tuned_rl.profiles.schema import Problem, Table
@@ -29,6 +30,14 @@ class LoadFailure:
     error: str
 
 
+@dataclass(frozen=True)
+class LoadWarning:
+    """A plugin that loaded, and what it should change before the release that no longer loads it."""
+
+    name: str
+    warning: str
+
+
 @dataclass
 class PluginHost:
     """The loaded plugins, the tables they own, and the ones that failed to load."""
@@ -37,6 +46,8 @@ class PluginHost:
     tables: dict[str, Table] = field(default_factory=dict)
     owners: dict[str, str] = field(default_factory=dict)  # table -> plugin name
     failures: list[LoadFailure] = field(default_factory=list)
+    warnings: list[LoadWarning] = field(default_factory=list)
+    apis: dict[str, str] = field(default_factory=dict)  # plugin name -> the plugin API it was written for
 
     def plugin_tables(self) -> dict[str, list[Table]]:
         """Plugin name -> the tables it owns, for ``tuned-rl plugins``."""
@@ -89,9 +100,10 @@ class PluginHost:
 def load_plugins(extra: tuple = ()) -> PluginHost:
     """Register every ``tuned_rl`` entry point (and ``extra`` (name, module) pairs).
 
-    A plugin that fails to import, declares a table another plugin owns or a table
-    without a known phase, or a change kind another plugin registered, is recorded
-    in ``failures`` and left out; the others still load.
+    A plugin that fails to import, asks for a newer plugin API (tuned_rl.core.plugin_api),
+    declares a table another plugin owns or a table with an unknown phase, or a change
+    kind another plugin registered, is recorded in ``failures`` and left out; the others
+    still load. An API 0.1 plugin's table without a phase loads, with a ``warnings`` entry.
     """
     manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
     manager.add_hookspecs(hookspec)
@@ -113,14 +125,12 @@ def load_plugins(extra: tuple = ()) -> PluginHost:
 def _register(plugin_host: PluginHost, name: str, plugin) -> None:
     manager = plugin_host.manager
     try:
+        api = declared_api(plugin)
         manager.register(plugin, name=name)
         manager.check_pending()  # a misspelled hook name fails here, loudly
         tables = _own_results(manager, name, "tuned_rl_tables")
         kinds = _own_results(manager, name, "tuned_rl_change_kinds")
-        for table in tables:
-            if table.phase not in PHASES:
-                raise ValueError(f"table [{table.name}] declares phase {table.phase!r}; "
-                                 f"one of {', '.join(PHASES)} is needed")
+        warnings = table_warnings(tables, api)
     except Exception as err:
         if manager.is_registered(plugin):
             manager.unregister(plugin)
@@ -141,6 +151,8 @@ def _register(plugin_host: PluginHost, name: str, plugin) -> None:
     for table in tables:
         plugin_host.tables[table.name] = table
         plugin_host.owners[table.name] = name
+    plugin_host.apis[name] = api
+    plugin_host.warnings += [LoadWarning(name, warning) for warning in warnings]
 
 
 def _own_results(manager: pluggy.PluginManager, name: str, hook: str) -> list:

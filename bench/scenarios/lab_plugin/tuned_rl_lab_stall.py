@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from tuned_rl import Change, Key, Problem, Step, Table, hookimpl
 
+TUNED_RL_PLUGIN_API = "0.2"
+
 TABLE = Table("lab_stall", "Lab only: set one helper process's scheduling policy (a harmful step).",
               {"pid": Key(int, "The helper's pid.", required=True, minimum=1),
                "policy": Key(str, "POLICY:PRIORITY, e.g. SCHED_FIFO:10.", required=True)},
