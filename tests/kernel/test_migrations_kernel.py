@@ -68,11 +68,18 @@ def test_diagnose_names_the_moving_threads_its_profile_pins_them_apply_keeps_it_
         moving_workload, tmp_path, state_dir):
     pid = moving_workload
     written = tmp_path / "diagnosed.toml"
-    code, out, err = run_cli("diagnose", "--target", f"pid:{pid}", "--seconds", "3", "--write-profile", written,
-                             "--json", root=None, state_dir=state_dir, timeout=120)
-    assert code == 0, err
-    result = json.loads(out)
-    [finding] = [f for f in result["findings"] if f["cause"] == "migrations"]
+    # 3 s of diagnose; where the machine's own noise left the waits after a migration under the
+    # finding's 10% of the worst waits (a CI run beside another job), a second look decides.
+    for attempt in range(2):
+        written.unlink(missing_ok=True)
+        code, out, err = run_cli("diagnose", "--target", f"pid:{pid}", "--seconds", "3", "--write-profile", written,
+                                 "--json", root=None, state_dir=state_dir, timeout=120)
+        assert code == 0, err
+        result = json.loads(out)
+        found = [f for f in result["findings"] if f["cause"] == "migrations"]
+        if found:
+            break
+    [finding] = found
     named = {line.split(" (tid")[0] for line in finding["evidence"]}
     assert {"stream-0", "stream-1", "stream-2"} <= named, finding
     rows = {r["comm"]: r for r in result["migrations"]}
