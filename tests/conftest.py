@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+import tuned_rl.cli
 from tuned_rl.cli import main
 
+from fakes import TreeHost
 from helpers import CgroupTreeHost, HostTree
 
 
@@ -47,6 +49,8 @@ def cli(tree, state_dir, monkeypatch, capsys):
     """Run tuned-rl in this process against the temporary tree: cli(*args) -> (status, out, err)."""
     monkeypatch.setenv("TUNED_RL_HOST_ROOT", str(tree.root))
     monkeypatch.setenv("TUNED_RL_STATE_DIR", str(state_dir))
+    if not issubclass(tuned_rl.cli.Host, TreeHost):  # unless a fixture chose a richer stand-in (CgroupTreeHost)
+        monkeypatch.setattr(tuned_rl.cli, "Host", TreeHost)  # commands and systemd stay in the tree (tests/fakes.py)
 
     def run(*args: str):
         status = main([str(a) for a in args])

@@ -10,9 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+from fakes import TreeHost
 from tuned_rl.host import Host
 
 CPU_MOUNT = "/sys/fs/cgroup/cpu"
+ON_A_TREE = Path(__file__).parent / "tuned_rl_on_a_tree.py"  # the CLI with a TreeHost (tests/fakes.py)
 MOUNTS_V1 = f"""\
 cgroup {CPU_MOUNT} cgroup rw,relatime,cpu 0 0
 cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0
@@ -53,7 +55,7 @@ class HostTree:
 
     def __init__(self, root: Path):
         self.root = root
-        self.host = Host(root)
+        self.host = TreeHost(root)
         self.set("/proc/sys/kernel/random/boot_id", "11111111-2222-3333-4444-555555555555")
         self.set("/proc/sys/kernel/sched_rt_runtime_us", "950000")
         self.set("/proc/sys/kernel/sched_rt_period_us", "1000000")
@@ -117,7 +119,8 @@ def spawn_cli(*args, root: Path | None, state_dir: Path, env: dict | None = None
     environment = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir), **(env or {})}
     if root is not None:
         environment["TUNED_RL_HOST_ROOT"] = str(root)
-    return subprocess.Popen([sys.executable, "-m", "tuned_rl.cli", *map(str, args)], env=environment,
+    command = [sys.executable, str(ON_A_TREE)] if root is not None else [sys.executable, "-m", "tuned_rl.cli"]
+    return subprocess.Popen([*command, *map(str, args)], env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
@@ -187,7 +190,7 @@ class Hogs:
             process.wait()
 
 
-class CgroupTreeHost(Host):
+class CgroupTreeHost(TreeHost):
     """A tree host whose cgroup files act as the kernel's, for plugins that create cgroups and move tasks.
 
     ``make_dir`` in a cgroup hierarchy makes a cgroup's files; writing a pid to ``cgroup.procs``

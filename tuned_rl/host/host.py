@@ -39,8 +39,6 @@ ACTIONS = {
 }
 TARGETED_ACTIONS = {"systemd-daemon-reload-and-restart"}
 UNIT_DROP_IN = re.compile(r"^/(?:etc|run)/systemd/system/([A-Za-z0-9@_.:\-]+\.service)\.d/[A-Za-z0-9_.\-]+\.conf$")
-ACTION_LOG = "/run/tuned-rl-actions.log"  # below a moved root, actions are logged here instead of run
-SERVICE_STATES = "/run/tuned-rl-services"  # below a moved root, a file per unit holds "active" or "inactive"
 # What is read of a command line, and so matched: its first 4 KiB (the page that
 # /proc/PID/cmdline returned whole before Linux 4.2). A user can make argv megabytes long;
 # a bounded read keeps planning's memory and a regular expression's time bounded too.
@@ -206,8 +204,8 @@ class Host:
         """Run a follow-up action from ACTIONS (``target``: the changed file, for actions that
         act on its unit); raises OSError if it fails.
 
-        Below a moved root (a test tree) the command would act on the real host, so it
-        is logged to ``<root>/run/tuned-rl-actions.log`` instead.
+        Below a moved root the command would act on the real host, so it is refused
+        (tests replace ``_run_command``: tests/fakes.py).
         """
         commands = [ACTIONS[name]]
         if name == "systemd-daemon-reload-and-restart":
@@ -219,12 +217,7 @@ class Host:
             self._run_command(argv)
 
     def _run_command(self, argv: list[str]) -> None:
-        if not self.is_live:
-            log = self.path(ACTION_LOG)
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "a") as handle:
-                handle.write(" ".join(argv) + "\n")
-            return
+        self._refuse_below_a_moved_root(" ".join(argv))
         try:
             result = subprocess.run(argv, cwd="/", capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as err:
@@ -232,15 +225,19 @@ class Host:
         if result.returncode != 0:
             raise OSError(f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()[:300]}")
 
+    def _refuse_below_a_moved_root(self, what: str) -> None:
+        """A command or a systemd call acts on the machine, whatever the root: never below a moved one."""
+        if not self.is_live:
+            raise OSError(f"{what}: not run, the host root is moved to {self.root}; tuned-rl runs commands and "
+                          "starts or stops services only on the live host")
+
     def has_systemd(self) -> bool:
         """systemd is the init system (sd_booted(): /run/systemd/system exists)."""
-        return self.is_dir("/run/systemd/system") if self.is_live else self.exists(SERVICE_STATES)
+        return self.is_dir("/run/systemd/system")
 
     def service_active(self, unit: str) -> bool:
         """Whether a systemd unit is active (False where there is no systemd)."""
-        if not self.is_live:
-            path = self.path(f"{SERVICE_STATES}/{unit}")
-            return path.exists() and path.read_text().strip() == "active"
+        self._refuse_below_a_moved_root(f"systemctl is-active {unit}")
         try:
             result = subprocess.run(["systemctl", "is-active", "--quiet", "--", unit], cwd="/", timeout=60)
         except (OSError, subprocess.TimeoutExpired):
@@ -250,11 +247,7 @@ class Host:
     def set_service_active(self, unit: str, active: bool) -> None:
         """Start or stop a systemd unit; raises OSError if systemctl fails."""
         verb = "start" if active else "stop"
-        if not self.is_live:
-            path = self.path(f"{SERVICE_STATES}/{unit}")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("active\n" if active else "inactive\n")
-            return
+        self._refuse_below_a_moved_root(f"systemctl {verb} {unit}")
         try:
             result = subprocess.run(["systemctl", verb, "--", unit], cwd="/", capture_output=True, text=True,
                                     timeout=120)
@@ -266,7 +259,7 @@ class Host:
     def network_devices(self) -> list[str]:
         """Network interface names: from the kernel over netlink (pyroute2) on the live host,
         from ``<root>/sys/class/net`` on a test tree."""
-        if not self.is_live:
+        if not self.is_live:  # netlink answers for this kernel, whatever the root: a tree lists its own
             base = self.path("/sys/class/net")
             return sorted(p.name for p in base.iterdir()) if base.is_dir() else []
         from pyroute2 import IPRoute
@@ -483,7 +476,7 @@ class Host:
                     return fields[0]
         except FileNotFoundError:
             pass
-        if self.is_live:
+        if self.is_live:  # NSS (LDAP, sssd, systemd-homed) knows accounts /etc/passwd lacks: the machine's own
             import pwd
             try:
                 return pwd.getpwuid(uid).pw_name
@@ -500,7 +493,7 @@ class Host:
                     return int(fields[2])
         except FileNotFoundError:
             pass
-        if self.is_live:
+        if self.is_live:  # as in user_name: NSS is the machine's, never a tree's
             import pwd
             try:
                 return pwd.getpwnam(name).pw_uid
@@ -538,7 +531,7 @@ class Host:
         is freed and reused inside the call itself is the one case left, and it is
         reported as gone.)
         """
-        pidfd = _open_pidfd(task) if self.is_live else None
+        pidfd = _open_pidfd(task) if self.is_live else None  # a tree's pids are no task of this kernel
         try:
             self.check_task(task)
             try:

@@ -119,7 +119,7 @@ def read_signature(host: "Host", pid: int) -> bytes:
     from tuned_rl.host.host import CMDLINE_LIMIT
     base = f"/proc/{int(pid)}"
     # One read() of each: a short read only makes the signature differ, and the process planned.
-    read = _read_once if host.is_live else host.read_prefix
+    read = _read_once if host.is_live else host.read_prefix  # a tree: through the host, which a test may map
     try:
         stat = read(f"{base}/stat", 4096)
         status = read(f"{base}/status", 1 << 16)

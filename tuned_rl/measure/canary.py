@@ -114,6 +114,8 @@ class Canary:
 
 
 def _run_thread(period_s: float, work_s: float, report: bool, stop: threading.Event) -> None:
+    # The canary's own thread's counters, in this process: always the live kernel's (a Host's
+    # root names where tuned-rl reads and writes the host, not where its own threads run).
     schedstat = "/proc/thread-self/schedstat"
     tid = threading.get_native_id()
     last_wait = _run_delay(schedstat) if report else 0

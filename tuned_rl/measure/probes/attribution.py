@@ -501,7 +501,10 @@ def _task_cpu_offset() -> int:
 
 
 def _possible_cpus() -> int:
-    """How many CPU numbers this kernel may use (the per-CPU array's size)."""
+    """How many CPU numbers this kernel may use (the per-CPU array's size).
+
+    Read from the live kernel, not through a Host: the BPF program it sizes runs in this kernel,
+    whatever root a Host was given."""
     try:
         with open("/sys/devices/system/cpu/possible") as handle:
             return max(parse_cpu_list(handle.read())) + 1

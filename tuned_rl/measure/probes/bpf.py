@@ -43,7 +43,7 @@ static __always_inline u32 fine_bucket_of(u64 ns) {
 # Before COMMON, when the probe sums waits in the kernel (the default): each wait's length goes to
 # a histogram (16 buckets per doubling, 4.4% wide; one array element, read in one lookup) and the
 # longest to a per-CPU maximum. No event crosses to user space: per-event delivery kept tuned-rl's
-# own process busy in bursts the workload waited behind (README, "what measuring costs").
+# own process busy in bursts the workload waited behind (docs/measuring.md, "What measuring costs the workload").
 #
 # Each wait is also counted by when it *began*, so that it belongs to the arm it began in: a
 # ring of histograms, one per interval of 2^GRANULE_SHIFT ns (33.6 ms) of CLOCK_MONOTONIC, the
@@ -698,7 +698,10 @@ def _exec_runtime_offset() -> int:
 
 
 def _bitmap_words() -> int:
-    """Enough 64-bit words for a bit per possible thread id."""
+    """Enough 64-bit words for a bit per possible thread id.
+
+    Read from the live kernel, not through a Host: the bitmap is the loaded BPF program's, in this
+    kernel, whatever root a Host was given."""
     try:
         with open("/proc/sys/kernel/pid_max") as handle:
             pid_max = int(handle.read())
