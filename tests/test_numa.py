@@ -61,7 +61,7 @@ def test_the_gpus_node_is_bound_threads_pinned_and_pages_moved_then_put_back(two
     assert current[0]["current"] == "nodes 1 (100% of 400 pages on node 1)" and current[0]["state"] == "holds"
     assert cli("rollback")[0] == 0
     assert tree.host.process(100).affinity == "0-3" and tree.host.process(101).affinity == "0-3"
-    # Pages were on both nodes before: they stay where the apply put them (README: what undo can restore).
+    # Pages were on both nodes before: they stay where the apply put them (docs/profiles.md: what undo can restore).
     assert page_shares(tree.host, 100) == {1: 400}
 
 

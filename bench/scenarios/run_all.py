@@ -1,4 +1,4 @@
-"""Run every scenario of the lab once and print the table the README shows.
+"""Run every scenario of the lab once and print the table docs/lab.md shows.
 
     sudo .venv/bin/python bench/scenarios/run_all.py
 """

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or Host().online_cpus() != {0,
 def test_late_jobs_and_their_children_are_evicted_as_they_start_and_put_back(tmp_path):
     import late_jobs
     # The workload's p999 with the evicted jobs running, against its floor with them stopped, in
-    # alternating 2 s windows: bench runs read x0.78-x1.17, median x0.87 (README). Up to three
+    # alternating 2 s windows: bench runs read x0.78-x1.17, median x0.87 (docs/watch.md). Up to three
     # runs; the first within 1.2x decides (TuneD's daemon: 1.18x in the same scenario).
     for attempt in range(3):
         result = late_jobs.run(tmp_path / str(attempt))
@@ -78,7 +78,7 @@ def test_a_kill_9_of_watch_while_it_evicts_leaves_a_host_rollback_puts_back(dela
 def test_a_workload_that_starts_after_the_apply_is_placed_at_once_and_its_deferred_step_verified(tmp_path):
     import late_workload
     # Isolated beside three CPU-bound neighbours against alone on both CPUs (8 s each): five bench
-    # runs read x0.61-x1.79, median x0.85 (README). At a p999 of 0.1 ms a moment of the VM's host
+    # runs read x0.61-x1.79, median x0.85 (docs/watch.md). At a p999 of 0.1 ms a moment of the VM's host
     # moves one reading, so the bar here is the noisy-neighbour scenario's, 1.5x, over up to three
     # runs; the 1.0x goal is the bench's median.
     for attempt in range(3):
