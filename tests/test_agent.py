@@ -216,9 +216,9 @@ def test_process_changes_are_journaled_and_undone(sleeper, profile_file, state_d
     assert report.steps[0].changes[0].target.startswith(f"pid {sleeper.pid} (python")
     assert report.steps[0].changes[0].target.endswith(") affinity")
     assert os.sched_getaffinity(sleeper.pid) == {0}
-    assert agent.status()["changes"][0]["state"] == "holds"
+    assert agent.status().changes[0].state == "holds"
     result, status = agent.rollback()
-    assert status == 0 and result["changes"][0]["outcome"] == "restored"
+    assert status == 0 and result.changes[0].outcome == "restored"
     assert os.sched_getaffinity(sleeper.pid) == original
 
 
@@ -228,9 +228,9 @@ def test_a_process_that_exited_is_reported_gone_not_touched(sleeper, profile_fil
     agent.apply(load_profile(profile_file("[pin]\ncpu = 0\n")))
     sleeper.kill()
     sleeper.wait()
-    assert agent.status()["changes"][0]["state"] == "gone"
+    assert agent.status().changes[0].state == "gone"
     result, status = agent.rollback()
-    assert status == 0 and result["changes"][0]["outcome"] == "gone"
+    assert status == 0 and result.changes[0].outcome == "gone"
     assert Journal(state_dir).is_empty()
 
 
@@ -244,7 +244,7 @@ def test_a_reused_pid_is_never_touched(sleeper, profile_file, state_dir):
     impostor = Change("affinity", "", "0-1", "0", task.__class__(task.pid, task.start_time - 1, "old"))
     journal.replace(record, [impostor])  # as if the journaled process had exited and its pid were reused
     result, _ = agent.rollback()
-    assert result["changes"][0]["outcome"] == "gone"
+    assert result.changes[0].outcome == "gone"
     assert os.sched_getaffinity(sleeper.pid) == {0}  # the live process kept what it has
 
 

@@ -70,9 +70,9 @@ def test_a_kind_added_by_a_plugin_is_applied_journaled_and_rolled_back(tree, pro
     assert json.loads(tree.get(SETTINGS)) == {"mode": "fast", "other": "x"}
     record = Journal(state_dir).records()[0]
     assert record.changes[0].kind == "test_json_key" and record.changes[0].before is None
-    assert agent.status()["changes"][0]["state"] == "holds"
+    assert agent.status().changes[0].state == "holds"
     result, status = agent.rollback()
-    assert status == 0 and result["changes"][0]["outcome"] == "restored"
+    assert status == 0 and result.changes[0].outcome == "restored"
     assert json.loads(tree.get(SETTINGS)) == {"other": "x"}
 
 
@@ -146,7 +146,7 @@ def test_a_created_file_and_directory_are_removed_on_rollback(tree, profile_file
         Change("config_file", f"{drop_in}/50-tuned-rl.conf", None, content, follow_up="systemd-daemon-reload"),
     ]))
     assert applied["etc/systemd/system/llm.service.d/50-tuned-rl.conf"] == content["text"].strip()
-    assert [r["outcome"] for r in result["changes"]] == ["restored", "restored"]
+    assert [r.outcome for r in result.changes] == ["restored", "restored"]
     assert tree.snapshot() == {**original, "run/tuned-rl-actions.log": "systemctl daemon-reload\nsystemctl daemon-reload"}
     assert not tree.host.exists(drop_in)
 

@@ -288,8 +288,9 @@ def test_a_segment_is_bound_on_a_two_node_tree_with_its_share_shown_and_its_poli
 
 def test_a_segment_removed_and_made_again_since_the_apply_is_gone_and_left_alone(segment, cli, profile_file):
     assert cli("apply", profile_file(SHM_PROFILE))[0] == 0
-    segment.host.path("/dev/shm/rl-obs").unlink()
-    segment.set("/dev/shm/keep", "z")
+    # The old file renamed away, not removed: its inode then cannot be the new file's (a file
+    # system may hand a freed inode number straight to the next file: one run failed so).
+    segment.host.path("/dev/shm/rl-obs").rename(segment.host.path("/dev/shm/rl-obs.old"))
     segment.set("/dev/shm/rl-obs", "another user's file")  # a new inode under the same name
     status, out, _ = cli("rollback", "--json")
     [row] = [c for c in json.loads(out)["changes"] if c["target"] == "/dev/shm/rl-obs"]

@@ -1,4 +1,5 @@
-"""The `tuned-rl` command line: parses arguments, prints reports, sets the exit status."""
+"""The `tuned-rl` command line: parses arguments, runs the command, prints what its report renders
+(each report renders itself, as a table and as JSON) and sets the exit status."""
 
 from __future__ import annotations
 
@@ -8,26 +9,23 @@ import json
 import os
 import sys
 import time
-from collections import Counter
 
 from tuned_rl.core.agent import Agent, HostError
 from tuned_rl.core.journal import DEFAULT_STATE_DIR, Journal, JournalError
 from tuned_rl.core.lock import LockHeld, StateDirError
-from tuned_rl.core.phases import PHASES
-from tuned_rl.core.plugin_api import PLUGIN_API_VERSION
 from tuned_rl.core.plugin_host import load_plugins
+from tuned_rl.core.plugin_listing import PluginListing
 from tuned_rl.core import metrics
-from tuned_rl.core.report import format_table, to_diff
+from tuned_rl.core.report import to_diff
 from tuned_rl.diagnose.profile_writer import write_profile
 from tuned_rl.diagnose.report import format_diagnosis
 from tuned_rl.diagnose.run import diagnose
-from tuned_rl.host import SCHED_POLICIES, Host, printable
+from tuned_rl.host import SCHED_POLICIES, Host
 from tuned_rl.measure.canary import CanarySpec
-from tuned_rl.measure.doctor import examine
+from tuned_rl.measure.doctor import examine, format_examination
+from tuned_rl.measure.measure_report import MeasureReport
 from tuned_rl.measure.measurement import measure_target
 from tuned_rl.measure.probes import PROBE_CHOICES, ProbeError
-from tuned_rl.measure.probes.ioctl import format_times as format_ioctl
-from tuned_rl.measure.stats import format_us
 from tuned_rl.measure.targets import TARGET_TABLE, Target, TargetError, target_problems
 from tuned_rl.profiles.loader import ProfileError, load_profile
 from tuned_rl.profiles.schema import Problem
@@ -257,117 +255,19 @@ def cmd_rollback(agent: Agent, args) -> int:
     if not _may_change(agent.host, "rollback"):
         return EXIT_FAILED
     report, status = agent.rollback(force=args.force)
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return status
-    for path in report["removed"]:
-        print(f"removed {path}: a killed tuned-rl had left it recording")
-    for refused in report["refused"]:
-        print(f"refused, not replayed: {refused['reason']}")
-    if report["refused"]:
-        print(f"  moved to {report['refused_kept_in']}: read them, then delete them; values they held were "
-              "not restored")
-    if report["stale"]:
-        stale = report["stale"]
-        print(f"{stale['records']} journaled changes are from an earlier boot: {stale['set_aside']} of kernel "
-              f"run-time state, which the reboot already reset, were not replayed; {stale['carried']} to files "
-              f"that survive a reboot were rolled back; the journal as it was is kept in {stale['kept_in']}")
-    if not report["changes"] and not report["refused"] and not report["stale"]:
-        print("nothing to roll back")
-    elif report["changes"]:
-        print(f"rolled back {report['profile'] or 'an unfinished apply'}")
-        shown, rest = _for_people(report["changes"], "outcome", "restored")
-        rows = [(r["target"], r["outcome"], f"{r['before']} -> {r['after']}" + (f"  ({r['reason']})"
-                 if r.get("reason") else "")) for r in shown]
-        print("\n".join(format_table(("TARGET", "OUTCOME", "NOW -> RESTORED"), rows) + rest))
+    print(report.to_json() if args.json else report.to_text())
     return status
 
 
 def cmd_status(agent: Agent, args) -> int:
     report = agent.status()
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return EXIT_OK
-    for path in report["removed"]:
-        print(f"removed {path}: a killed tuned-rl had left it recording")
-    if report["profile"] is None and not report["changes"]:
-        print("nothing applied")
-        return EXIT_OK
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report["applied_at"])) if report["applied_at"] else "?"
-    boot = ("an earlier boot: a reboot reset its kernel run-time values; files it wrote survive it"
-            if report["stale"] else "this boot")
-    print(f"profile {report['profile']} ({report['path']}) applied {when}, {boot}")
-    shown, rest = _for_people(report["changes"], "state", "holds")
-    rows = [(r["target"], _shown(r["before"]), _shown(r["after"]),
-             _shown(r["current"]) if r["state"] in ("holds", "drifted", "interrupted") else "-",
-             r["state"] + (f" ({r['reason']})" if "reason" in r else "")) for r in shown]
-    print("\n".join(format_table(("TARGET", "ORIGINAL", "APPLIED", "NOW", "STATE"), rows) + rest))
-    for table in report["deferred"]:
-        print(f"[{table}]: deferred until the workload starts (`tuned-rl watch` applies and verifies it then)")
-    for entry in report.get("awaiting", []):
-        print(f"[{entry['table']}] {printable(entry['step'])}: applied unverified (the workload was not running); "
-              "`tuned-rl watch` verifies it when it starts")
-    if report.get("verified_p999_us"):
-        print(f"the target's p999 as the last verified step left it: {format_us(report['verified_p999_us'])} "
-              "(`tuned-rl watch`, measuring a workload target, says \"regressed\" when its window passes this "
-              "by --regressed-factor)")
-    for result in report["deferred_results"]:
-        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(result["at"]))
-        figures = (f", p999 {format_us(result['p999_without_us'])} -> {format_us(result['p999_with_us'])}"
-                   f" (n {result['samples_without']} / {result['samples_with']})"
-                   if "p999_with_us" in result and "samples_with" in result else "")
-        after = result.get("after", "deferred")
-        print(f"[{result['table']}] {printable(result.get('step', ''))}: {after}, then {result['outcome']} by watch "
-              f"at {at} when pid {result['pid']} started{figures} ({result['reason']})")
-    if report["watched"]:
-        print(f"placed or evicted by tuned-rl watch since the apply ({len(report['watched'])} records; their changes "
-              "are among the rows above):")
-        rows = [(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w["at"])) if w["at"] else "?", w["plugin"],
-                 w["step"], ", ".join(map(str, w["pids"][:8])) + (" ..." if len(w["pids"]) > 8 else ""))
-                for w in report["watched"][-20:]]
-        print("\n".join(format_table(("AT", "PLUGIN", "STEP", "PIDS"), rows)))
+    print(report.to_json() if args.json else report.to_text())
     return EXIT_OK
 
 
-SHOWN_ROWS = 40
-
-
-def _shown(value) -> str:
-    return "(absent)" if value is None else " ".join(str(value).split()) or '""'
-
-
-def _for_people(rows: list[dict], key: str, routine: str) -> tuple[list[dict], list[str]]:
-    """At most SHOWN_ROWS rows (the unusual ones first, then in order), and a line counting the rest."""
-    if len(rows) <= SHOWN_ROWS:
-        return rows, []
-    order = sorted(range(len(rows)), key=lambda i: rows[i][key] == routine)[:SHOWN_ROWS]
-    shown = [rows[i] for i in sorted(order)]
-    left = Counter(rows[i][key] for i in set(range(len(rows))) - set(order))
-    return shown, [f"... and {sum(left.values())} more: " + ", ".join(f"{n} {state}" for state, n in left.items())
-                   + " (--json lists every change)"]
-
-
 def cmd_plugins(agent: Agent, args) -> int:
-    listing = agent.plugins.plugin_tables()
-    failures = {f.name: f.error for f in agent.plugins.failures}
-    apis, warnings = agent.plugins.apis, agent.plugins.warnings
-    if args.json:
-        print(json.dumps({"plugin_api": PLUGIN_API_VERSION,
-                          "plugins": [{"name": n, "api": apis.get(n),
-                                       "tables": [{"name": t.name, "phase": t.phase, "help": t.help} for t in tables]}
-                                      for n, tables in listing.items()],
-                          "phases": list(PHASES),
-                          "failed": [{"name": n, "error": e} for n, e in failures.items()],
-                          "deprecated": [{"name": w.name, "warning": w.warning} for w in warnings]}, indent=2))
-        return EXIT_OK
-    rows = [(name, apis.get(name, ""), ", ".join(f"[{t.name}] ({t.phase or 'after every phase'})" for t in tables),
-             "loaded" + (" (deprecated, see below)" if any(w.name == name for w in warnings) else ""))
-            for name, tables in listing.items()]
-    rows += [(name, "", "", f"failed: {error}") for name, error in failures.items()]
-    print("\n".join(format_table(("PLUGIN", "API", "TABLES (PHASE)", "STATE"), rows)))
-    print(f"steps run in phase order: {' -> '.join(PHASES)}; this tuned-rl's plugin API: {PLUGIN_API_VERSION}")
-    for warning in warnings:
-        print(f"{warning.name}: {warning.warning}")
+    listing = PluginListing(agent.plugins)
+    print(listing.to_json() if args.json else listing.to_text())
     return EXIT_OK
 
 
@@ -389,17 +289,8 @@ def cmd_measure(agent: Agent, args) -> int:
         return EXIT_FAILED
     finally:
         agent.progress("")  # clear the progress line before the figures
-    result = {"target": str(args.target), **measurement.to_dict()}
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return EXIT_OK
-    for note in measurement.notes:
-        print(f"note: {note}")
-    rows = [(str(result["n"]), *(format_us(result[k]) for k in ("p50_us", "p99_us", "p999_us", "max_us")),
-             str(result["lost"]), result["probe"])]
-    print("\n".join(format_table(("N", "P50", "P99", "P999", "MAX", "LOST", "PROBE"), rows)))
-    if measurement.ioctl is not None:
-        print("\n".join(format_ioctl(measurement.ioctl)))
+    report = MeasureReport(str(args.target), measurement)
+    print(report.to_json() if args.json else report.to_text())
     return EXIT_OK
 
 
@@ -466,18 +357,8 @@ def _path_free(option: str, path: str) -> bool:
 
 def cmd_doctor(agent: Agent, args) -> int:
     report = examine(agent.host)
-    status = EXIT_OK if report["auto"] else EXIT_FAILED
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return status
-    for probe in report["probes"]:
-        print(f"{probe['name']:<10} {'ok' if probe['can_run'] else 'cannot run'}"
-              f"{' (canary targets only)' if probe['targets'] != 'any' else ''}")
-        for problem in probe["problems"]:
-            print(f"    {problem['problem']}\n      fix: {problem['fix']}")
-    print(f"probe = \"auto\" uses: {report['auto'] or 'nothing: no probe can measure a workload here'}")
-    print("facts: " + ", ".join(f"{k}={v}" for k, v in report["facts"].items()))
-    return status
+    print(json.dumps(report, indent=2) if args.json else format_examination(report))
+    return EXIT_OK if report["auto"] else EXIT_FAILED
 
 
 def _said_target_problems(host: Host, args) -> bool:
@@ -520,7 +401,7 @@ def cmd_watch(agent: Agent, args) -> int:
     from tuned_rl.watch.watcher import NothingApplied, Watcher, run
 
     from tuned_rl.watch.metrics_endpoint import AddressError, figures_of, parse_address, serve
-    from tuned_rl.watch.telemetry import describe_event, telemetry_factory
+    from tuned_rl.watch.telemetry import event_line, telemetry_factory
 
     address = None
     if args.metrics_address is not None:
@@ -537,11 +418,7 @@ def cmd_watch(agent: Agent, args) -> int:
 
     def emit(event: dict) -> None:
         event = {"time": round(time.time(), 3), **event}
-        if args.json:
-            print(json.dumps(event), flush=True)
-        else:
-            details = describe_event(event) or " ".join(f"{k}={v}" for k, v in event.items() if k not in ("time", "event"))
-            print(f"{time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']}: {details}", flush=True)
+        print(json.dumps(event) if args.json else event_line(event), flush=True)
 
     try:  # the jobs watch must evict are CPU-bound: at nice 0 they would delay it by their slices
         os.setpriority(os.PRIO_PROCESS, 0, WATCH_NICE)

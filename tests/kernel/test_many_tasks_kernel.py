@@ -73,7 +73,7 @@ def test_a_step_over_200_processes_of_which_50_exit_completes_and_rolls_back_the
     [record] = Journal(state_dir).records()
     assert len(record.changes) == 300 and record.state == "done"
     result, status = agent.rollback()
-    assert status == 0 and {r["outcome"] for r in result["changes"]} == {"restored"}
+    assert status == 0 and {r.outcome for r in result.changes} == {"restored"}
     assert {p.pid: state_of(p.pid) for p in survivors} == original
     assert Journal(state_dir).is_empty()
 
@@ -85,9 +85,9 @@ def test_processes_that_exit_after_the_apply_are_reported_gone_by_status_and_rol
     for process in sleepers[:4]:
         process.kill()
         process.wait()
-    states = [c["state"] for c in agent.status()["changes"]]
+    states = [c.state for c in agent.status().changes]
     assert states.count("gone") == 8 and states.count("holds") == 12
     result, status = agent.rollback()
-    outcomes = [r["outcome"] for r in result["changes"]]
+    outcomes = [r.outcome for r in result.changes]
     assert status == 0 and outcomes.count("gone") == 8 and outcomes.count("restored") == 12
-    assert json.dumps(result)  # the report is plain data
+    assert json.loads(result.to_json())["changes"]  # the report renders as plain JSON

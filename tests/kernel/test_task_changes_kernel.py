@@ -52,9 +52,9 @@ def test_policy_and_cgroup_of_a_process_are_applied_and_rolled_back(rt_cgroup, s
     assert os.sched_getscheduler(sleeper.pid) == os.SCHED_FIFO
     assert os.sched_getparam(sleeper.pid).sched_priority == 10
     assert cgroup_of(sleeper.pid) == f"/{rt_cgroup}"
-    assert [c["state"] for c in agent.status()["changes"]] == ["holds", "holds"]
+    assert [c.state for c in agent.status().changes] == ["holds", "holds"]
     result, status = agent.rollback()
-    assert status == 0 and [c["outcome"] for c in result["changes"]] == ["restored", "restored"]
+    assert status == 0 and [c.outcome for c in result.changes] == ["restored", "restored"]
     assert (os.sched_getscheduler(sleeper.pid), cgroup_of(sleeper.pid)) == original
 
 

@@ -11,13 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from tuned_rl.core.change_rows import ChangeStatus, RestoredChange
 from tuned_rl.core.changes import Change, Step
 from tuned_rl.core.kinds import Refused
 from tuned_rl.core.journal import Applied, Journal, Scan, StepRecord
 from tuned_rl.core.lock import exclusive_lock
+from tuned_rl.core.outcomes import Outcome, Restore, State
 from tuned_rl.core.places import refusal
 from tuned_rl.core.plugin_host import PluginHost
 from tuned_rl.core.report import ChangeReport, Report, StepReport
+from tuned_rl.core.rollback_report import RollbackReport
+from tuned_rl.core.status_report import StatusReport
 from tuned_rl.core.verify import StepVerdict, Verifier
 from tuned_rl.host import Host, TaskGone
 from tuned_rl.host.host import TARGETED_ACTIONS
@@ -92,7 +96,7 @@ class Agent:
         report.notes += lookalike_notes(self.host, profile.get("target"))
         for step in self.plugins.plan(profile, host):
             step = _with_originals(step, records)
-            outcome = "skipped" if step.skip_reason else "planned" if step.pending_changes else "unchanged"
+            outcome = Outcome.SKIPPED if step.skip_reason else Outcome.PLANNED if step.pending_changes else Outcome.UNCHANGED
             report.steps.append(self._step_report(step, outcome, step.skip_reason or ""))
         return report
 
@@ -117,13 +121,13 @@ class Agent:
             status = 0
             for index, step in enumerate(steps):
                 if status:
-                    report.steps.append(self._step_report(step, "skipped", "not attempted: an earlier step failed"))
+                    report.steps.append(self._step_report(step, Outcome.SKIPPED, "not attempted: an earlier step failed"))
                     continue
                 label = f"[{index + 1}/{len(steps)}] {self._plugin(step)}: {step.title}"
                 self.progress(label)
                 step_report = self._apply_step(index, step, label, verifier, unverified)
                 report.steps.append(step_report)
-                status = 1 if step_report.outcome == "failed" else 0
+                status = 1 if step_report.outcome == Outcome.FAILED else 0
             if status:
                 self.journal.finish()  # a failed apply left nothing of itself (its step reverted)
             else:
@@ -131,7 +135,7 @@ class Agent:
                 # `tuned-rl watch` keeps it in force for the processes that start later, but for the
                 # steps verified harmful, and applies the deferred ones when the workload starts.
                 deferred = [s.table for s in steps if s.skip_reason and s.waits_for_workload]
-                reverted = sorted({s.table for s, r in zip(steps, report.steps) if r.outcome == "reverted"})
+                reverted = sorted({s.table for s, r in zip(steps, report.steps) if r.outcome == Outcome.REVERTED})
                 awaiting = [{"table": s.table, "step": s.title} for s, r in zip(steps, report.steps)
                             if _verified_on_nothing(r)]
                 verified = [_verdict(s, r) for s, r in zip(steps, report.steps)
@@ -188,7 +192,7 @@ class Agent:
             return None
         first = self._apply_step(WATCHED_STEP_INDEX, step, f"watch: {self._plugin(step)}: {step.title}", None,
                                  "applied when the workload started", by="watch")
-        if first.outcome != "applied":
+        if first.outcome != Outcome.APPLIED:
             return first
         time.sleep(warm_up_s)
         record = next((r for r in reversed(self.journal.records()) if r.by == "watch" and r.step == step.title), None)
@@ -280,7 +284,7 @@ class Agent:
         except (ProbeError, TargetError, OSError, RuntimeError) as err:
             return None, f"not verified: cannot measure {target}: {_describe_error(err)}"
 
-    def rollback(self, force: bool = False) -> tuple[dict, int]:
+    def rollback(self, force: bool = False) -> tuple[RollbackReport, int]:
         """Undo every journaled change, newest first; idempotent. Returns report and exit status.
 
         A value someone changed since tuned-rl applied it is left as they set it (and
@@ -290,45 +294,40 @@ class Agent:
         with exclusive_lock(self.journal.state_dir):
             scan, applied = self.journal.scan(), self.journal.applied()
             self._check_root(applied, scan.records)
-            report = {"profile": applied.profile if applied else None, "changes": [], "stale": None,
-                      "refused": [], "refused_kept_in": None, "removed": remove_leftover_instances(self.host)}
+            report = RollbackReport(applied.profile if applied else None,
+                                    removed=remove_leftover_instances(self.host))
             if self._is_stale(applied, scan):
-                report["stale"] = self._carry_over(applied, scan)
+                report.stale = self._carry_over(applied, scan)
                 scan, applied = self.journal.scan(), self.journal.applied()
             trusted, refused = self._trusted(scan)
             if refused:
-                report["refused"] = [{"path": str(path), "reason": reason} for path, reason in refused]
-                report["refused_kept_in"] = str(self.journal.move_refused([path for path, _ in refused]))
-            report["changes"] = self._undo(trusted, force)
+                report.refused = [{"path": str(path), "reason": reason} for path, reason in refused]
+                report.refused_kept_in = str(self.journal.move_refused([path for path, _ in refused]))
+            report.changes = self._undo(trusted, force)
             self.journal.finish()
-            failed = refused or any(r["outcome"] == "failed" for r in report["changes"])
-            return report, 1 if failed else 0
+            return report, 1 if report.failed else 0
 
-    def status(self) -> dict:
+    def status(self) -> StatusReport:
         """What the journal says is applied, and whether each value still holds."""
         scan, applied = self.journal.scan(), self.journal.applied()
         self._check_root(applied, scan.records)
-        report = {"profile": applied.profile if applied else None,
-                  "path": applied.path if applied else None,
-                  "digest": applied.digest if applied else None,
-                  "applied_at": applied.started if applied else None,
-                  "stale": self._is_stale(applied, scan), "changes": [],
-                  "removed": remove_leftover_instances(self.host)}
+        report = StatusReport(applied.profile if applied else None, removed=remove_leftover_instances(self.host),
+                              stale=self._is_stale(applied, scan))
         trusted, refused = self._trusted(scan)
         for record in trusted:
-            report["changes"] += [self._change_status(record, change, report["stale"] and not
-                                                      change.handler.survives_reboot(change))
-                                  for change in record.changes]
-        report["changes"] += [{"plugin": None, "step": None, "target": str(path), "before": None, "after": None,
-                               "current": None, "state": "refused", "reason": reason} for path, reason in refused]
-        report["deferred"] = applied.deferred if applied else []
-        report["deferred_results"] = applied.deferred_results if applied else []
-        report["awaiting"] = applied.awaiting if applied else []
-        report["verified"] = applied.verified if applied else []
-        report["verified_p999_us"] = applied.verified_p999_us() if applied else None  # what watch compares with
-        report["watched"] = [{"plugin": r.plugin, "step": r.step, "at": r.written_at, "changes": len(r.changes),
-                              "pids": sorted({c.task.pid for c in r.changes if c.task is not None})}
-                             for r in trusted if r.by == "watch"]
+            report.changes += [self._change_status(record, change, report.stale and not
+                                                   change.handler.survives_reboot(change))
+                               for change in record.changes]
+        report.changes += [ChangeStatus(None, None, str(path), None, None, None, State.REFUSED, reason)
+                           for path, reason in refused]
+        if applied is not None:
+            report.path, report.digest, report.applied_at = applied.path, applied.digest, applied.started
+            report.deferred, report.deferred_results = applied.deferred, applied.deferred_results
+            report.awaiting, report.verified = applied.awaiting, applied.verified
+            report.verified_p999_us = applied.verified_p999_us()  # what watch compares with
+        report.watched = [{"plugin": r.plugin, "step": r.step, "at": r.written_at, "changes": len(r.changes),
+                           "pids": sorted({c.task.pid for c in r.changes if c.task is not None})}
+                          for r in trusted if r.by == "watch"]
         return report
 
     # -- one step -------------------------------------------------------------
@@ -336,14 +335,14 @@ class Agent:
     def _apply_step(self, index: int, step: Step, label: str, verifier: Verifier | None,
                     unverified: str, by: str = "apply") -> StepReport:
         if step.skip_reason:
-            return self._step_report(step, "skipped", step.skip_reason)
+            return self._step_report(step, Outcome.SKIPPED, step.skip_reason)
         if not step.pending_changes:
-            return self._step_report(step, "unchanged", "already set")
+            return self._step_report(step, Outcome.UNCHANGED, "already set")
         originals, gone = self._originals(step.pending_changes)
         if not originals:
             if gone:
-                return self._step_report(step, "skipped", "every task it would change has exited", [], _tasks(gone))
-            return self._step_report(step, "unchanged", "already set")
+                return self._step_report(step, Outcome.SKIPPED, "every task it would change has exited", [], _tasks(gone))
+            return self._step_report(step, Outcome.UNCHANGED, "already set")
         record = self.journal.add(StepRecord(0, self.host.boot_id(), self._plugin(step), step.title, index, originals,
                                              host_root=str(self.host.root), by=by))
         pause_point("journaled")
@@ -373,10 +372,10 @@ class Agent:
         try:
             result = verifier.verify(label, apply, revert) if verifier else apply()
         except (OSError, StepFailed, LookupError) as err:
-            left = [r for r in self._undo_record(record, force=True) if r["outcome"] == "failed"]
-            undone = "step reverted" if not left else (f"reverting it failed too: {left[0]['target']}: "
-                                                       f"{left[0]['reason']} (`tuned-rl rollback` retries)")
-            return self._step_report(step, "failed", f"{_describe_error(err)}; {undone}", None, _tasks(gone))
+            left = [r for r in self._undo_record(record, force=True) if r.outcome == Restore.FAILED]
+            undone = "step reverted" if not left else (f"reverting it failed too: {left[0].target}: "
+                                                       f"{left[0].reason} (`tuned-rl rollback` retries)")
+            return self._step_report(step, Outcome.FAILED, f"{_describe_error(err)}; {undone}", None, _tasks(gone))
         except ProbeError as err:  # the verifier left the step applied; only its measurement failed
             result, unverified = None, f"not verified: {err}; the step is applied"
         changes = [c for c in record.changes if c.identity() not in gone_ids]
@@ -392,10 +391,10 @@ class Agent:
                 self.journal.replace(record, changes)
             else:
                 self.journal.remove(record)
-                return self._step_report(step, "unchanged", "nothing could be changed", [], _tasks(gone))
+                return self._step_report(step, Outcome.UNCHANGED, "nothing could be changed", [], _tasks(gone))
         self.journal.mark(record, "done")
         if result is None:
-            return self._step_report(step, "applied", unverified or NOT_VERIFIED, changes, _tasks(gone))
+            return self._step_report(step, Outcome.APPLIED, unverified or NOT_VERIFIED, changes, _tasks(gone))
         return self._verified_report(step, result, changes, _tasks(gone))
 
     def _originals(self, changes: list[Change]) -> tuple[list[Change], list[Change]]:
@@ -414,7 +413,7 @@ class Agent:
 
     def _verified_report(self, step: Step, result: StepVerdict, changes: list[Change], gone: int) -> StepReport:
         reason = result.verdict.reason + ("; baseline reused from the previous step" if result.reused_baseline else "")
-        if result.outcome == "inconclusive":
+        if result.outcome == Outcome.INCONCLUSIVE:
             reason += "; kept (on_inconclusive = keep)"
         report = self._step_report(step, result.outcome, reason, changes, gone)
         report.before, report.after = result.figures()
@@ -451,13 +450,13 @@ class Agent:
 
     # -- undo -----------------------------------------------------------------
 
-    def _undo(self, records: list[StepRecord], force: bool) -> list[dict]:
+    def _undo(self, records: list[StepRecord], force: bool) -> list[RestoredChange]:
         """Restore every record, newest first; each record is dropped once all of it is restored.
         Then the children that inherited a restored value and that no record names (_settle_inherited)."""
         results = [result for record in reversed(records) for result in self._undo_record(record, force)]
         return results + self._settle_inherited(records)
 
-    def _settle_inherited(self, records: list[StepRecord]) -> list[dict]:
+    def _settle_inherited(self, records: list[StepRecord]) -> list[RestoredChange]:
         """A process forked while tuned-rl held its parent at another policy, nice or I/O class
         inherits it, and unless `tuned-rl watch` journaled it (or a cgroup's removal covered it) no
         record names it. A fork in flight while rollback restores the parent copies the old value
@@ -481,16 +480,16 @@ class Agent:
                     current = child.read(self.host)
                     if child.holds(current, change.after) and not child.holds(current, change.before):
                         child.write(self.host, change.before)
-                        results.append({"plugin": record.plugin, "step": record.step, "target": child.label(),
-                                        "before": child.handler.show(current),
-                                        "after": child.handler.show(change.before), "outcome": "restored",
-                                        "reason": f"forked by pid {change.task.pid} while tuned-rl held it at "
-                                                  f"{child.handler.show(change.after)}: given its parent's original"})
+                        results.append(RestoredChange(
+                            record.plugin, record.step, child.label(), child.handler.show(current),
+                            child.handler.show(change.before), Restore.RESTORED,
+                            f"forked by pid {change.task.pid} while tuned-rl held it at "
+                            f"{child.handler.show(change.after)}: given its parent's original"))
             except (TaskGone, ProcessLookupError, LookupError, OSError):
                 continue
         return results
 
-    def _undo_record(self, record: StepRecord, force: bool, follow_up_unchanged: bool = True) -> list[dict]:
+    def _undo_record(self, record: StepRecord, force: bool, follow_up_unchanged: bool = True) -> list[RestoredChange]:
         """Restore one step's changes; ``force`` also overwrites values someone changed since.
 
         Follow-up actions run for the values restored and, unless ``follow_up_unchanged`` is
@@ -499,15 +498,16 @@ class Agent:
         results, failed, touched = [], set(), []
         for change in reversed(record.changes):
             results.append(self._undo_one(record, change, force))
-            if results[-1]["outcome"] == "failed":
+            if results[-1].outcome == Restore.FAILED:
                 failed.add(change.identity())
-            elif results[-1]["outcome"] == "restored" or results[-1]["outcome"] == "unchanged" and follow_up_unchanged:
+            elif results[-1].outcome == Restore.RESTORED or results[-1].outcome == Restore.UNCHANGED \
+                    and follow_up_unchanged:
                 touched.append(change)
         try:
             self._run_follow_ups(touched)
         except StepFailed as err:  # keep the record: the next rollback runs the action again
-            results.append({"plugin": record.plugin, "step": record.step, "target": "follow-up action",
-                            "before": None, "after": None, "outcome": "failed", "reason": str(err)})
+            results.append(RestoredChange(record.plugin, record.step, "follow-up action", None, None,
+                                          Restore.FAILED, str(err)))
             return results
         if failed:
             self.journal.replace(record, [c for c in record.changes if c.identity() in failed])
@@ -515,30 +515,30 @@ class Agent:
             self.journal.remove(record)
         return results
 
-    def _undo_one(self, record: StepRecord, change: Change, force: bool) -> dict:
+    def _undo_one(self, record: StepRecord, change: Change, force: bool) -> RestoredChange:
         show = change.handler.show
-        result = {"plugin": record.plugin, "step": record.step, "target": change.label(),
-                  "before": None, "after": show(change.before)}
+        result = RestoredChange(record.plugin, record.step, change.label(), None, show(change.before))
         try:
             current = change.read(self.host)
-            result["before"] = show(current)
+            result.before = show(current)
             drifted = not change.holds(current, change.after) and not change.holds(current, change.before)
             if drifted and not force:
-                return {**result, "after": show(current), "outcome": "left",
-                        "reason": f"someone set it to {show(current)!r} since tuned-rl applied {show(change.after)!r}: "
-                                  f"kept (`tuned-rl rollback --force` restores the original {show(change.before)!r})"}
+                return dataclasses.replace(
+                    result, after=show(current), outcome=Restore.LEFT,
+                    reason=f"someone set it to {show(current)!r} since tuned-rl applied {show(change.after)!r}: "
+                           f"kept (`tuned-rl rollback --force` restores the original {show(change.before)!r})")
             if drifted:
-                result["reason"] = f"was {show(current)!r}, set by someone since the apply: restored with --force"
+                result.reason = f"was {show(current)!r}, set by someone since the apply: restored with --force"
             if not change.holds(current, change.before):
                 change.write(self.host, change.before)
                 pause_point("restored")
                 if not change.holds(change.read(self.host), change.before):
                     raise StepFailed(f"{change.label()} does not read back {show(change.before)!r}")
-            result["outcome"] = "unchanged" if change.holds(current, change.before) else "restored"
+            result.outcome = Restore.UNCHANGED if change.holds(current, change.before) else Restore.RESTORED
         except (TaskGone, ProcessLookupError) as err:
-            result.update(outcome="gone", reason=str(err) or "the task has exited")
+            result.outcome, result.reason = Restore.GONE, str(err) or "the task has exited"
         except (OSError, StepFailed, LookupError) as err:
-            result.update(outcome="failed", reason=_describe_error(err))
+            result.outcome, result.reason = Restore.FAILED, _describe_error(err)
         return result
 
     # -- helpers --------------------------------------------------------------
@@ -566,15 +566,15 @@ class Agent:
                             f"{self.journal.state_dir}/refused, then apply again")
         name = applied.profile if applied else "an unfinished apply"
         results = self._undo(trusted, force=False)
-        failed = [r for r in results if r["outcome"] == "failed"]
+        failed = [r for r in results if r.outcome == Restore.FAILED]
         if failed:
-            raise HostError(f"could not roll back {name}: {failed[0]['target']}: {failed[0]['reason']}")
+            raise HostError(f"could not roll back {name}: {failed[0].target}: {failed[0].reason}")
         self.journal.finish()
-        restored = sum(r["outcome"] == "restored" for r in results)
+        restored = sum(r.outcome == Restore.RESTORED for r in results)
         notes += [f"rolled back previously applied profile {name} first ({restored} of {len(results)} changes "
                  "restored; the others already held their original values, or their tasks had exited)"]
-        return notes + [f"left {r['target']} as someone set it: {r['reason']}" for r in results
-                        if r["outcome"] == "left"]
+        return notes + [f"left {r.target} as someone set it: {r.reason}" for r in results
+                        if r.outcome == Restore.LEFT]
 
     def _check_root(self, applied: Applied | None, records: list[StepRecord]) -> None:
         """Refuse a journal written against another host root (a test tree's, or the real one's)."""
@@ -630,22 +630,21 @@ class Agent:
         return {"records": carried + set_aside, "set_aside": set_aside, "carried": carried, "boot_ids": boot_ids,
                 "kept_in": str(kept_in)}
 
-    def _change_status(self, record: StepRecord, change: Change, stale: bool) -> dict:
+    def _change_status(self, record: StepRecord, change: Change, stale: bool) -> ChangeStatus:
         show = change.handler.show
-        row = {"plugin": record.plugin, "step": record.step, "target": change.label(),
-               "before": show(change.before), "after": show(change.after), "current": None}
+        row = ChangeStatus(record.plugin, record.step, change.label(), show(change.before), show(change.after), None)
         if stale:
-            return {**row, "state": "stale"}
+            return dataclasses.replace(row, state=State.STALE)
         try:
             current = change.read(self.host)
         except TaskGone:
-            return {**row, "state": "gone"}
+            return dataclasses.replace(row, state=State.GONE)
         except (OSError, LookupError) as err:
-            return {**row, "state": "unreadable", "reason": _describe_error(err)}
-        row["current"] = show(current)
+            return dataclasses.replace(row, state=State.UNREADABLE, reason=_describe_error(err))
+        row.current = show(current)
         if record.state != "done":
-            return {**row, "state": "interrupted"}
-        return {**row, "state": "holds" if change.holds(current, change.after) else "drifted"}
+            return dataclasses.replace(row, state=State.INTERRUPTED)
+        return dataclasses.replace(row, state=State.HOLDS if change.holds(current, change.after) else State.DRIFTED)
 
     def _check_writable(self, steps: list[Step]) -> None:
         mounts = [m.mount_point for m in self.host.cgroup_mounts()]
@@ -668,13 +667,13 @@ class Agent:
     def _plugin(self, step: Step) -> str:
         return self.plugins.owners.get(step.table, step.table)
 
-    def _step_report(self, step: Step, outcome: str, reason: str, changes: list[Change] | None = None,
+    def _step_report(self, step: Step, outcome: Outcome, reason: str, changes: list[Change] | None = None,
                      gone: int = 0) -> StepReport:
         shown = changes if changes is not None else (step.pending_changes or step.changes)
         return StepReport(self._plugin(step), step.title,
                           [ChangeReport(c.label(), c.handler.show(c.before),
                                         c.handler.show(self._read_back.get(c.identity(), c.after))
-                                        if outcome in ("applied", "kept", "inconclusive") else c.handler.show(c.after))
+                                        if outcome in (Outcome.APPLIED, Outcome.KEPT, Outcome.INCONCLUSIVE) else c.handler.show(c.after))
                            for c in shown],
                           outcome, reason, phase=self.plugins.phase_of(step.table), gone=gone, notes=list(step.notes))
 
@@ -688,9 +687,9 @@ def _verdict(step: Step, report: StepReport) -> dict:
 
 def _verified_on_nothing(report: StepReport) -> bool:
     """A step applied unverified because the workload was not running, or judged on no samples."""
-    if report.outcome == "applied" and report.reason == AWAITING_WORKLOAD:
+    if report.outcome == Outcome.APPLIED and report.reason == AWAITING_WORKLOAD:
         return True
-    return report.outcome == "inconclusive" and report.before is not None and (
+    return report.outcome == Outcome.INCONCLUSIVE and report.before is not None and (
         not report.before.get("n") or not (report.after or {}).get("n"))
 
 

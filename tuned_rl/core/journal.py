@@ -33,6 +33,7 @@ from pathlib import Path
 
 from tuned_rl.core.changes import Change
 from tuned_rl.core.kinds import UnknownKind
+from tuned_rl.core.outcomes import Outcome
 from tuned_rl.core.state_dir import ensure_private_dir
 from tuned_rl.host.host import write_whole
 
@@ -99,7 +100,7 @@ class Applied:
         """The target's p999 in the state the last verdict left the host in: with the step if it was
         kept, without it if it was reverted (None: no step was verified on a measurement)."""
         for verdict in reversed(self.verdicts()):
-            key = "p999_without_us" if verdict.get("outcome") == "reverted" else "p999_with_us"
+            key = "p999_without_us" if verdict.get("outcome") == Outcome.REVERTED else "p999_with_us"
             value = verdict.get(key)
             if isinstance(value, (int, float)) and value == value and value > 0:
                 return float(value)

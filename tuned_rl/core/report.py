@@ -6,10 +6,11 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from tuned_rl.core.outcomes import Outcome
 from tuned_rl.host.untrusted import printable
 from tuned_rl.measure.stats import format_us
 
-OUTCOMES = ("planned", "unchanged", "applied", "kept", "reverted", "failed", "skipped", "inconclusive")
+OUTCOMES = tuple(Outcome)  # every outcome a step can have, in the order reports count them
 
 
 SHOWN_CHANGES = 12  # a step over many tasks lists this many changes in the table; JSON lists all
@@ -30,7 +31,7 @@ class StepReport:
     plugin: str
     step: str
     changes: list[ChangeReport]
-    outcome: str
+    outcome: Outcome
     reason: str = ""
     before: dict | None = None  # latency figures, once a probe measured the step
     after: dict | None = None
@@ -161,10 +162,10 @@ def to_diff(report: Report) -> str:
     lines += [f"# note: {printable(note)}" for note in report.notes]
     for step in report.steps:
         header = printable(f"@@ {step.phase or ''}: {step.plugin}: {step.step} ({step.outcome}) @@")
-        if step.outcome == "skipped":
+        if step.outcome == Outcome.SKIPPED:
             lines += [header, f"# skipped: {printable(step.reason)}"]
             continue
-        if not step.changes or step.outcome == "unchanged":
+        if not step.changes or step.outcome == Outcome.UNCHANGED:
             continue
         lines.append(header)
         for change in step.changes:

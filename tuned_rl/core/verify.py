@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 
+from tuned_rl.core.outcomes import Outcome
 from tuned_rl.host import Host
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, Verdict, judge
@@ -27,7 +28,7 @@ class StepVerdict:
     """What verification found for one step, and what became of the step."""
 
     keep: bool
-    outcome: str  # kept | reverted | inconclusive
+    outcome: Outcome  # KEPT, REVERTED or INCONCLUSIVE
     verdict: Verdict
     before: Measurement
     after: Measurement
@@ -195,8 +196,8 @@ class Verifier:
 
     def _outcome(self, verdict: Verdict) -> str:
         if verdict.outcome == INCONCLUSIVE:
-            return "inconclusive" if self._keeps(verdict) else "reverted"
-        return "reverted" if verdict.outcome == REGRESSION else "kept"
+            return Outcome.INCONCLUSIVE if self._keeps(verdict) else Outcome.REVERTED
+        return Outcome.REVERTED if verdict.outcome == REGRESSION else Outcome.KEPT
 
     def _measure(self, label: str, phase: str, windows: int) -> Measurement:
         return self._recorder.record(windows, self.settings.window_seconds,

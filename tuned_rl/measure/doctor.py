@@ -46,3 +46,15 @@ def _facts(host: Host) -> dict:
             "tracefs_mounted": host.exists("/sys/kernel/tracing/events/sched"),
             "kernel_headers": host.exists(f"/lib/modules/{release}/build/include"),
             "schedstat": host.exists("/proc/self/schedstat")}
+
+
+def format_examination(report: dict) -> str:
+    """``examine``'s report for people: each probe, what stops it and the fix, the facts."""
+    lines = []
+    for probe in report["probes"]:
+        lines.append(f"{probe['name']:<10} {'ok' if probe['can_run'] else 'cannot run'}"
+                     f"{' (canary targets only)' if probe['targets'] != 'any' else ''}")
+        lines += [f"    {problem['problem']}\n      fix: {problem['fix']}" for problem in probe["problems"]]
+    lines.append(f"probe = \"auto\" uses: {report['auto'] or 'nothing: no probe can measure a workload here'}")
+    lines.append("facts: " + ", ".join(f"{k}={v}" for k, v in report["facts"].items()))
+    return "\n".join(lines)

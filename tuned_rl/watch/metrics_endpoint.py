@@ -31,8 +31,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from tuned_rl.core.outcomes import Outcome
+
 DEFAULT_ADDRESS = "127.0.0.1:9464"
-OUTCOMES = ("kept", "reverted", "inconclusive")
+OUTCOMES = (Outcome.KEPT, Outcome.REVERTED, Outcome.INCONCLUSIVE)
 # Bucket bounds: every fourth of the kernel's fine buckets (16 per doubling), from 2^10 ns to 2^33 ns.
 FIRST_DOUBLING, LAST_DOUBLING = 10, 33
 BOUNDS = [(doubling * 16 + 4 * quarter, (4 + quarter) << (doubling - 2))

@@ -369,6 +369,12 @@ def telemetry_factory(host: Host, emit: Callable[[dict], None], alarm_ms: float,
     return make
 
 
+def event_line(event: dict) -> str:
+    """A watch event, timed, as one line for a person (``--json`` prints the event itself)."""
+    details = describe_event(event) or " ".join(f"{k}={v}" for k, v in event.items() if k not in ("time", "event"))
+    return f"{time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']}: {details}"
+
+
 def describe_event(event: dict) -> str | None:
     """One line for a person, for the events whose fields do not read well as key=value (else None)."""
     if event["event"] == "alarm":

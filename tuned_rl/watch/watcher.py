@@ -19,6 +19,7 @@ from typing import Callable
 from tuned_rl.core.agent import Agent, HostError
 from tuned_rl.core.journal import Applied
 from tuned_rl.core.lock import LockHeld, exclusive_lock
+from tuned_rl.core.outcomes import Outcome
 from tuned_rl.host import TaskGone, printable
 from tuned_rl.measure.probes.base import ProbeError
 from tuned_rl.measure.targets import TargetError, is_target_process, target_from_table
@@ -403,8 +404,8 @@ class Watcher:
                 self.emit({"event": "failed", "pid": pid, "comm": printable(process.comm), "step": step.title,
                            "reason": str(err)})
                 continue
-            if report.outcome in ("failed", "unchanged", "skipped"):
-                if report.outcome == "failed":
+            if report.outcome in (Outcome.FAILED, Outcome.UNCHANGED, Outcome.SKIPPED):
+                if report.outcome == Outcome.FAILED:
                     self.emit({"event": "failed", "pid": pid, "comm": printable(process.comm), "step": step.title,
                                "reason": report.reason})
                 continue
@@ -425,7 +426,7 @@ def _result(table: str, pid: int, report, began: float, after: str) -> dict:
     """What watch made of a step it verified, as status shows it (``after``: deferred, or unverified at apply)."""
     result = {"table": table, "at": round(time.time(), 3), "pid": pid, "after": after}
     if report is None:
-        return {**result, "outcome": "unchanged", "reason": "nothing to change now"}
+        return {**result, "outcome": Outcome.UNCHANGED, "reason": "nothing to change now"}
     result.update(step=report.step, outcome=report.outcome, reason=report.reason, changes=len(report.changes),
                   seconds=round(time.monotonic() - began, 1))
     if report.before is not None:
@@ -436,7 +437,7 @@ def _result(table: str, pid: int, report, began: float, after: str) -> dict:
 
 def _reverted(reverted: list, table: str, report) -> list:
     """The tables watch applies no rule of: a step verified harmful adds its table."""
-    return sorted({*reverted, table}) if report is not None and report.outcome == "reverted" else reverted
+    return sorted({*reverted, table}) if report is not None and report.outcome == Outcome.REVERTED else reverted
 
 
 def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
