@@ -55,7 +55,8 @@ def table_rows(text: str, header: str) -> list[list[str]]:
 def documented(key: str, text: str) -> bool:
     """A key is documented by a line of its own: `key` in prose or a table, or an example
     line of a TOML block (``key = ...``, ``[table.key]``, ``[[table.key]]``)."""
-    return f"`{key}`" in text or re.search(rf"^ {{4}}(\[{{1,2}}[a-z_]+\.)?{re.escape(key)}(\]{{1,2}}| =)", text, re.M) is not None
+    example_line = rf"^ {{4}}(\[{{1,2}}[a-z_]+\.)?{re.escape(key)}(\]{{1,2}}| =)"
+    return f"`{key}`" in text or re.search(example_line, text, re.M) is not None
 
 
 def every_table():

@@ -21,7 +21,8 @@ def test_members_are_their_words_in_json_format_and_comparison():
 
 
 def test_rollback_and_status_reports_keep_the_json_shape_the_ansible_module_reads():
-    rollback = RollbackReport("p", [RestoredChange("sysctl", "s", "/proc/sys/vm/swappiness", "10", "60", Restore.RESTORED),
+    rollback = RollbackReport("p", [RestoredChange("sysctl", "s", "/proc/sys/vm/swappiness", "10", "60",
+                                                   Restore.RESTORED),
                                     RestoredChange("sysctl", "s", "/proc/sys/vm/x", "5", "5", Restore.LEFT, "theirs")])
     data = json.loads(rollback.to_json())
     assert set(data) == {"profile", "changes", "stale", "refused", "refused_kept_in", "removed"}
@@ -36,4 +37,5 @@ def test_rollback_and_status_reports_keep_the_json_shape_the_ansible_module_read
             "awaiting", "verified", "verified_p999_us", "watched"} == set(data)
     assert data["changes"][0]["state"] == "holds" and "reason" not in data["changes"][0]
     assert "/proc/sys/vm/swappiness" in status.to_text() and "holds" in status.to_text()
-    assert RollbackReport(None).to_text() == "nothing to roll back" and StatusReport(None).to_text() == "nothing applied"
+    assert RollbackReport(None).to_text() == "nothing to roll back"
+    assert StatusReport(None).to_text() == "nothing applied"

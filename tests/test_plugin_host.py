@@ -153,7 +153,8 @@ def test_a_plugin_written_for_api_0_1_loads_with_a_warning_saying_what_to_add_an
     [warning] = plugins.warnings
     assert warning.name == "legacy" and "table [legacy] declares no phase (plugin API 0.1)" in warning.warning
     assert 'Add phase="..." to its Table(...)' in warning.warning and "kernel, cgroups" in warning.warning
-    assert f'TUNED_RL_PLUGIN_API = "{PLUGIN_API_VERSION}"' in warning.warning and "until tuned-rl 0.3" in warning.warning
+    assert f'TUNED_RL_PLUGIN_API = "{PLUGIN_API_VERSION}"' in warning.warning
+    assert "until tuned-rl 0.3" in warning.warning
     # Written first in the profile, its step still runs after every phase's (here [rt_runtime]'s, kernel).
     profile = load_profile(profile_file('[legacy]\non = true\n[rt_runtime]\nglobal_runtime_us = 900000\n'))
     assert plugins.validate(profile, tree.host) == []

@@ -100,7 +100,8 @@ def documented_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]
 def render(parser: argparse.ArgumentParser, package_version: str) -> str:
     lines = [f'.TH TUNED\\-RL 8 "" "tuned\\-rl {escape(package_version)}" "System Administration"',
              ".SH NAME", f"tuned\\-rl \\- {escape(SUMMARY)}",
-             ".SH SYNOPSIS", ".B tuned\\-rl", "[\\fB\\-\\-state\\-dir\\fR \\fIDIR\\fR] \\fICOMMAND\\fR [\\fIOPTIONS\\fR]",
+             ".SH SYNOPSIS", ".B tuned\\-rl",
+             "[\\fB\\-\\-state\\-dir\\fR \\fIDIR\\fR] \\fICOMMAND\\fR [\\fIOPTIONS\\fR]",
              ".SH DESCRIPTION", escape(DESCRIPTION),
              ".SH OPTIONS"]
     for action in documented_actions(parser):

@@ -72,5 +72,6 @@ __version__ = "0.2.0"
 
 hookimpl = pluggy.HookimplMarker("tuned_rl")
 
-__all__ = ["PLUGIN_API_VERSION", "CgroupPath", "Change", "CpuList", "Host", "Key", "Kind", "Map", "ProcessInfo", "Problem", "Profile",
+__all__ = ["PLUGIN_API_VERSION", "CgroupPath", "Change", "CpuList", "Host", "Key", "Kind", "Map", "ProcessInfo",
+           "Problem", "Profile",
            "Regex", "Step", "Table", "Task", "ValueType", "hookimpl"]

@@ -96,7 +96,8 @@ class Agent:
         report.notes += lookalike_notes(self.host, profile.get("target"))
         for step in self.plugins.plan(profile, host):
             step = _with_originals(step, records)
-            outcome = Outcome.SKIPPED if step.skip_reason else Outcome.PLANNED if step.pending_changes else Outcome.UNCHANGED
+            outcome = (Outcome.SKIPPED if step.skip_reason else Outcome.PLANNED if step.pending_changes
+                       else Outcome.UNCHANGED)
             report.steps.append(self._step_report(step, outcome, step.skip_reason or ""))
         return report
 
@@ -121,7 +122,8 @@ class Agent:
             status = 0
             for index, step in enumerate(steps):
                 if status:
-                    report.steps.append(self._step_report(step, Outcome.SKIPPED, "not attempted: an earlier step failed"))
+                    report.steps.append(self._step_report(step, Outcome.SKIPPED,
+                                                          "not attempted: an earlier step failed"))
                     continue
                 label = f"[{index + 1}/{len(steps)}] {self._plugin(step)}: {step.title}"
                 self.progress(label)
