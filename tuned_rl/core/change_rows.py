@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
@@ -10,8 +11,18 @@ from tuned_rl.core.outcomes import Restore, State
 SHOWN_ROWS = 40  # a table for people shows this many rows, the unusual ones first; JSON lists all
 
 
+class Row:
+    """A row's JSON: its fields in order, ``reason`` only when there is one."""
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        if data["reason"] is None:
+            del data["reason"]
+        return data
+
+
 @dataclass
-class RestoredChange:
+class RestoredChange(Row):
     """What rollback did with one change: ``before`` is the value found, ``after`` the one left."""
 
     plugin: str | None
@@ -22,16 +33,9 @@ class RestoredChange:
     outcome: Restore | None = None
     reason: str | None = None
 
-    def to_dict(self) -> dict:
-        data = {"plugin": self.plugin, "step": self.step, "target": self.target, "before": self.before,
-                "after": self.after, "outcome": self.outcome}
-        if self.reason is not None:
-            data["reason"] = self.reason
-        return data
-
 
 @dataclass
-class ChangeStatus:
+class ChangeStatus(Row):
     """One applied change as status reads it back: original, applied, now, and its state."""
 
     plugin: str | None
@@ -42,13 +46,6 @@ class ChangeStatus:
     current: str | None
     state: State | None = None
     reason: str | None = None
-
-    def to_dict(self) -> dict:
-        data = {"plugin": self.plugin, "step": self.step, "target": self.target, "before": self.before,
-                "after": self.after, "current": self.current, "state": self.state}
-        if self.reason is not None:
-            data["reason"] = self.reason
-        return data
 
 
 def shown(value) -> str:

@@ -3,17 +3,16 @@ and their phases, the plugins that failed to load and the deprecated ones, as JS
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from tuned_rl.core.phases import PHASES
 from tuned_rl.core.plugin_api import PLUGIN_API_VERSION
 from tuned_rl.core.plugin_host import PluginHost
-from tuned_rl.core.report import format_table
+from tuned_rl.core.report import RendersJson, format_table
 
 
 @dataclass
-class PluginListing:
+class PluginListing(RendersJson):
     plugins: PluginHost
 
     def to_dict(self) -> dict:
@@ -25,9 +24,6 @@ class PluginListing:
                 "phases": list(PHASES),
                 "failed": [{"name": f.name, "error": f.error} for f in host.failures],
                 "deprecated": [{"name": w.name, "warning": w.warning} for w in host.warnings]}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
 
     def to_text(self) -> str:
         host = self.plugins

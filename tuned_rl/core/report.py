@@ -61,8 +61,18 @@ class StepReport:
         return data
 
 
+class RendersJson:
+    """A report whose ``to_dict()`` is its stable JSON: ``to_json()`` writes it as every command does."""
+
+    def to_dict(self) -> dict:
+        raise NotImplementedError
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
 @dataclass
-class Report:
+class Report(RendersJson):
     profile: str
     dry_run: bool
     steps: list[StepReport] = field(default_factory=list)
@@ -75,9 +85,6 @@ class Report:
         if self.digest is not None:
             data["digest"] = self.digest
         return data
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
 
     def to_text(self) -> str:
         title = f"profile {self.profile}" + (" (dry run: nothing was changed)" if self.dry_run else "")

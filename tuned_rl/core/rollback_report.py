@@ -3,16 +3,15 @@ journal carried over, as the stable JSON report and as a table for people."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from tuned_rl.core.change_rows import RestoredChange, for_people
 from tuned_rl.core.outcomes import Restore
-from tuned_rl.core.report import format_table
+from tuned_rl.core.report import RendersJson, format_table
 
 
 @dataclass
-class RollbackReport:
+class RollbackReport(RendersJson):
     profile: str | None  # the applied profile's name; None for an apply that never finished
     changes: list[RestoredChange] = field(default_factory=list)
     stale: dict | None = None  # a journal of an earlier boot: records, set_aside, carried, boot_ids, kept_in
@@ -27,9 +26,6 @@ class RollbackReport:
     def to_dict(self) -> dict:
         return {"profile": self.profile, "changes": [c.to_dict() for c in self.changes], "stale": self.stale,
                 "refused": self.refused, "refused_kept_in": self.refused_kept_in, "removed": self.removed}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
 
     def to_text(self) -> str:
         lines = [f"removed {path}: a killed tuned-rl had left it recording" for path in self.removed]

@@ -3,13 +3,12 @@ and what watch did since, as the stable JSON report and as a table for people.""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 
 from tuned_rl.core.change_rows import ChangeStatus, for_people, shown
 from tuned_rl.core.outcomes import State
-from tuned_rl.core.report import format_table
+from tuned_rl.core.report import RendersJson, format_table
 from tuned_rl.host.untrusted import printable
 from tuned_rl.measure.stats import format_us
 
@@ -21,7 +20,7 @@ def _when(at: float | None) -> str:
 
 
 @dataclass
-class StatusReport:
+class StatusReport(RendersJson):
     profile: str | None
     path: str | None = None
     digest: str | None = None
@@ -41,9 +40,6 @@ class StatusReport:
                 "stale": self.stale, "changes": [c.to_dict() for c in self.changes], "removed": self.removed,
                 "deferred": self.deferred, "deferred_results": self.deferred_results, "awaiting": self.awaiting,
                 "verified": self.verified, "verified_p999_us": self.verified_p999_us, "watched": self.watched}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
 
     def to_text(self) -> str:
         lines = [f"removed {path}: a killed tuned-rl had left it recording" for path in self.removed]

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from tuned_rl.core.report import format_table
+from tuned_rl.core.report import RendersJson, format_table
 from tuned_rl.measure.measurement import Measurement
 from tuned_rl.measure.probes.ioctl import format_times
 from tuned_rl.measure.stats import format_us
 
 
 @dataclass
-class MeasureReport:
+class MeasureReport(RendersJson):
     target: str
     measurement: Measurement
 
     def to_dict(self) -> dict:
         return {"target": self.target, **self.measurement.to_dict()}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
 
     def to_text(self) -> str:
         figures = self.to_dict()
