@@ -38,6 +38,9 @@ class Outcome:
     quiet_p999_us: float | None = None  # the target alone, measured in the same run
     differences: list[str] | None = None  # what the rollback did not put back (placement scenarios)
     steal_ms: dict[int, float] | None = None  # per CPU: time the hypervisor ran something else meanwhile
+    before_p99_us: float | None = None  # placement scenarios: the p99 the p999 figures stand beside
+    after_p99_us: float | None = None
+    placement_verdict: dict | None = None  # placement scenarios: the judge's figures for the placement step
 
     @property
     def measured_seconds(self) -> float | None:
@@ -188,6 +191,17 @@ def outcome_of(scenario: str, report: dict, seconds: float, restored: bool) -> O
 
 def snapshot(paths: list[Path]) -> dict[str, str]:
     return {str(p): p.read_text().strip() for p in paths}
+
+
+# A quiet p999 here moves by tens of microseconds from one run to the next (0.03-0.08 ms read in
+# consecutive runs of the same scenario): a ratio to such a floor alone calls 30 us a failure.
+FLOOR_SLACK_US = 50.0
+
+
+def near_floor(value_us: float, floor_us: float, ratio: float) -> bool:
+    """Whether a p999 is within ``ratio`` of a quiet floor measured in the same run, or within
+    FLOOR_SLACK_US of it where the floor is a few tens of microseconds."""
+    return value_us <= max(ratio * floor_us, floor_us + FLOOR_SLACK_US)
 
 
 def main_once(run, row=Outcome.row) -> None:

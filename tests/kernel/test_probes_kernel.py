@@ -188,7 +188,13 @@ def test_each_program_sees_the_same_canary_and_counts_its_missed_runs(variant, s
             probe.stop()
     assert probe.variant == variant
     assert measurement.tids == (set() if summed else waking) and len(waking) == 2  # the two waking threads
-    assert 2 * 2 * 800 < len(measurement.values) and lost == 0
+    # A classic tracepoint program shares the kernel's per-CPU guard of all tracing programs
+    # (trace_call_bpf's bpf_prog_active): a wakeup that fires while another such program runs on
+    # that CPU (for instance an interrupt's, during this one's sched_process_exit, which every exiting
+    # task runs with interrupts on) is skipped, and counted: 1 of 4,025 waits in one run here. A
+    # raw-tracepoint program has a guard of its own.
+    allowed = len(measurement.values) // 1000 if variant == "classic" else 0
+    assert 2 * 2 * 800 < len(measurement.values) and lost <= allowed, lost
 
 
 def test_waits_summed_in_the_kernel_read_as_the_events_do():

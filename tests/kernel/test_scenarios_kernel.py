@@ -108,22 +108,26 @@ def test_a_harmless_step_is_kept(tmp_path):
     assert all(b["n"] > 0 for b in blocks) and step["verdict"]["windows"] >= 2 + 2 * len(blocks) - 2
 
 
-def test_a_five_step_profile_is_verified_step_by_step_and_stops_early_where_it_can(tmp_path):
+def test_a_three_step_profile_is_verified_step_by_step_and_inconclusive_only_at_the_last_block(tmp_path):
     # How long five steps take is a bench figure (five_steps.py; docs/judge.md: 53-113 s, median 62 s,
-    # in noisy hours, when harmless steps run to the last block and are reported inconclusive).
-    # Here: each step judged on its own, none of these harmless steps reverted (one allowed: one
-    # of 75 harmless steps in the lab runs was a false regression, 0.1% in simulation), the
-    # sequential stop used where the noise allows, and everything put back.
+    # in noisy hours, when harmless steps run to the last block and are reported inconclusive);
+    # three show the same here in the time CI has. Each step judged on its own switchback blocks,
+    # none of these harmless steps reverted (one allowed: one of 75 harmless steps in the lab runs
+    # was a false regression, 0.1% in simulation), a step not decided before the last block said
+    # to be inconclusive and no other, and everything put back. (The sequential stop before the
+    # last block: test_a_harmless_step_is_kept.)
     import five_steps
-    report, seconds, restored = five_steps.run(tmp_path)
+    report, seconds, restored = five_steps.run(tmp_path, steps=3)
     outcomes = [s["outcome"] for s in report["steps"]]
     windows = [s["verdict"]["windows"] for s in report["steps"]]
     print(f"{seconds:.1f} s", outcomes, windows)
-    assert len(outcomes) == 5 and set(outcomes) <= {"kept", "reverted", "inconclusive"}
+    assert len(outcomes) == 3 and set(outcomes) <= {"kept", "reverted", "inconclusive"}
     assert outcomes.count("reverted") <= 1
+    assert all(len(s["blocks"]) >= 2 for s in report["steps"])
     last_block = 2 + 2 * 24
-    assert min(windows) < last_block and all(w <= last_block for w in windows), windows
-    assert seconds < 5 * 40 and restored  # five steps at their full budget (31 s of measuring each)
+    assert all(w <= last_block for w in windows), windows
+    assert all(w == last_block for w, o in zip(windows, outcomes) if o == "inconclusive"), (outcomes, windows)
+    assert seconds < 3 * 40 and restored  # three steps at their full budget (31 s of measuring each)
 
 
 @pytest.mark.parametrize("variant", ["start", "ramp"])
@@ -147,20 +151,22 @@ def test_a_harmless_step_on_a_drifting_live_workload_is_not_reverted(variant, tm
 @pytest.mark.parametrize("variant", ["isolate", "evict", "evict-isolate"])
 def test_a_noisy_neighbour_is_moved_away_kept_and_put_back(variant, tmp_path):
     import noisy_neighbour
+    from lab import near_floor
 
     def meets_bar(result) -> bool:
-        back_at_quiet_floor = result.after_p999_us <= 1.5 * result.quiet_p999_us
         if variant == "evict":
-            fell = result.before_p999_us / result.after_p999_us
-            return fell >= 3 or (fell >= 1.5 and back_at_quiet_floor)
-        return back_at_quiet_floor
+            # The jobs' share gone, as the judge saw it in alternating blocks (drift allowed for):
+            # x0.04-0.15 on the slowest 0.1% here, x0.46-0.61 under bench/host_noise.py's CI-like
+            # noise, x0.54 on a fresh CI machine, where the pooled p999 fell only 1.5-2.6x because
+            # the host's own stalls stay on the jobs' busy CPU, which the workload still wakes on.
+            return (result.placement_verdict["effect"] <= 0.75
+                    and result.before_p999_us >= 1.25 * result.after_p999_us)
+        # Isolation: back at the quiet floor of the same run (here 0.6-1.2x of 0.04-0.1 ms; under
+        # CI-like noise 0.9-1.1x of about 1.9 ms).
+        return near_floor(result.after_p999_us, result.quiet_p999_us, 1.5)
 
-    # Eviction alone fell 21-48x in six bench runs; isolation left the workload at 0.75-1.9x its
-    # quiet floor of about 0.1 ms (docs/lab.md): at that scale a moment of the VM's host moves a p999 of
-    # ten seconds. On a noisier machine (a fresh CI one: a quiet floor of 2.6-2.8 ms) the neighbours
-    # only double the p999, and eviction brings it back to the floor (0.81-1.0x) without a 3x fall.
-    # Up to three runs, the first that meets the bar decides.
-    for attempt in range(3):
+    # A second run decides before a moment of the VM's host fails the test.
+    for attempt in range(2):
         result = noisy_neighbour.run(tmp_path / str(attempt), variant)
         print(noisy_neighbour.row(result))
         assert result.decision == "kept", result.report
