@@ -36,69 +36,59 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 SPIN = r"""
-// Spin until the CPU's deadline, at most 4,000 clock reads; true while it is still ahead.
-static __always_inline bool spun_short(u64 *until, u64 *taken) {
+struct spin { u64 until; u64 taken_ns; u64 times; };  // per CPU: the spin under way, and totals
+
+// A spin under way, or one begun now with a chance of ``ppm`` in a million (when ``may_begin``).
+static __always_inline bool spinning(struct spin *spin, bool may_begin, u32 ppm, u64 low_ns, u64 high_ns) {
+    if (spin->until == 0) {
+        if (!may_begin || bpf_get_prandom_u32() % 1000000 >= ppm)
+            return false;
+        spin->until = bpf_ktime_get_ns() + low_ns + bpf_get_prandom_u32() % (high_ns - low_ns + 1);
+        spin->times++;
+    }
+    return true;
+}
+
+// Spin toward the deadline, at most 4,000 clock reads; true while it is still ahead (then the
+// caller tail-calls its program again); else the spin is over.
+static __always_inline bool spun_short(struct spin *spin) {
     u64 now = bpf_ktime_get_ns(), began = now;
 #pragma clang loop unroll(disable)
     for (int i = 0; i < 4000; i++) {
         now = bpf_ktime_get_ns();
-        if (now >= *until)
+        if (now >= spin->until)
             break;
     }
-    if (taken)
-        *taken += now - began;
-    return now < *until;
-}
-
-static __always_inline u64 drawn_ns(u64 low, u64 high) {
-    return low + bpf_get_prandom_u32() % (high - low + 1);
+    spin->taken_ns += now - began;
+    if (now < spin->until)
+        return true;
+    spin->until = 0;
+    return false;
 }
 
 BPF_PROG_ARRAY(steal_again, 1);
-BPF_PERCPU_ARRAY(steal_until, u64, 1);
-BPF_PERCPU_ARRAY(stolen_ns, u64, 1);
-BPF_PERCPU_ARRAY(steals, u64, 1);
+BPF_PERCPU_ARRAY(steal, struct spin, 1);
 
-int steal(struct bpf_perf_event_data *ctx) {
+int take_busy_cpu(struct bpf_perf_event_data *ctx) {
     int zero = 0;
-    u64 *until = steal_until.lookup(&zero);
-    if (!until)
-        return 0;
-    if (*until == 0) {
-        if (bpf_get_prandom_u32() % 1000000 >= STEAL_PPM)
-            return 0;
-        *until = bpf_ktime_get_ns() + drawn_ns(STEAL_LOW_NS, STEAL_HIGH_NS);
-        u64 *count = steals.lookup(&zero);
-        if (count)
-            (*count)++;
-    }
-    if (spun_short(until, stolen_ns.lookup(&zero)))
+    struct spin *spin = steal.lookup(&zero);
+    if (spin && spinning(spin, true, STEAL_PPM, STEAL_LOW_NS, STEAL_HIGH_NS) && spun_short(spin)) {
         steal_again.call(ctx, 0);
-    *until = 0;  // done, or no tail call left
+        spin->until = 0;  // no tail call left: the spin ends here
+    }
     return 0;
 }
 
 BPF_PROG_ARRAY(wake_again, 1);
-BPF_PERCPU_ARRAY(wake_until, u64, 1);
-BPF_PERCPU_ARRAY(wake_delayed_ns, u64, 1);
-BPF_PERCPU_ARRAY(wakes, u64, 1);
+BPF_PERCPU_ARRAY(wake, struct spin, 1);
 
 TRACEPOINT_PROBE(power, cpu_idle) {
     int zero = 0;
-    u64 *until = wake_until.lookup(&zero);
-    if (!until)
-        return 0;
-    if (*until == 0) {
-        if (args->state != (u32)-1 || bpf_get_prandom_u32() % 1000000 >= WAKE_PPM)
-            return 0;
-        *until = bpf_ktime_get_ns() + drawn_ns(WAKE_LOW_NS, WAKE_HIGH_NS);
-        u64 *count = wakes.lookup(&zero);
-        if (count)
-            (*count)++;
-    }
-    if (spun_short(until, wake_delayed_ns.lookup(&zero)))
+    struct spin *spin = wake.lookup(&zero);
+    if (spin && spinning(spin, args->state == (u32)-1, WAKE_PPM, WAKE_LOW_NS, WAKE_HIGH_NS) && spun_short(spin)) {
         wake_again.call(args, 0);
-    *until = 0;
+        spin->until = 0;
+    }
     return 0;
 }
 """
@@ -130,21 +120,18 @@ def host_noise(noise: Noise = Noise()):
     from bcc import BPF, PerfSWConfig, PerfType
     bpf = BPF(text=SPIN, cflags=noise.cflags())
     try:
-        for program, array in (("steal", "steal_again"), ("tracepoint__power__cpu_idle", "wake_again")):
-            kind = BPF.PERF_EVENT if program == "steal" else BPF.TRACEPOINT
+        for program, array, kind in (("take_busy_cpu", "steal_again", BPF.PERF_EVENT),
+                                     ("tracepoint__power__cpu_idle", "wake_again", BPF.TRACEPOINT)):
             bpf[array][ctypes.c_int(0)] = ctypes.c_int(bpf.load_func(program, kind).fd)
-        bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK, fn_name="steal",
+        bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK, fn_name="take_busy_cpu",
                               sample_period=TIMER_PERIOD_NS)
         started = time.monotonic()
 
         def taken() -> str:
-            def per_cpu(table: str) -> list[int]:
-                return [int(v) for v in bpf[table][ctypes.c_int(0)]]
-            stolen, delayed = per_cpu("stolen_ns"), per_cpu("wake_delayed_ns")
-            steals, wakes = per_cpu("steals"), per_cpu("wakes")
+            steal, wake = (bpf[table][ctypes.c_int(0)] for table in ("steal", "wake"))
             return f"in {time.monotonic() - started:.0f} s: " + "; ".join(
-                f"cpu{cpu} {stolen[cpu] / 1e6:.0f} ms taken while busy ({steals[cpu]} times), wakes delayed "
-                f"{delayed[cpu] / 1e6:.0f} ms ({wakes[cpu]} times)" for cpu in range(len(stolen)))
+                f"cpu{cpu} {steal[cpu].taken_ns / 1e6:.0f} ms taken while busy ({steal[cpu].times} times), wakes "
+                f"delayed {wake[cpu].taken_ns / 1e6:.0f} ms ({wake[cpu].times} times)" for cpu in range(len(steal)))
         yield taken
     finally:
         bpf.cleanup()
