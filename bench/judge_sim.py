@@ -8,7 +8,10 @@ with
 - "bursty" noise: lognormal(0.25) scale jitter and a 3x burst with probability 5%, each lasting
   a second;
 - drift: +0.5 in log scale (about x1.65 on p999) over the first 30 s, linear, or
-  saturating-exponential (three times faster at the start), on top of the bursts.
+  saturating-exponential (three times faster at the start), on top of the bursts;
+- "a noisy host": besides the bursts, 0.5% of waits in either arm lengthened by 0.5-2.5 ms, as a
+  contended hypervisor wakes a halted virtual CPU late (HOST_STALLS): the floor under which a
+  rare stall must be seen rises to about 2 ms.
 
 What a step does (``Effect``): scales every wait (a broad regression, or an improvement);
 lengthens a share of waits picked at random (x10, x20, x50); makes 0.2% of waits 300 ms (an RT
@@ -56,6 +59,20 @@ def heavy_tail(rng, n: int, scale: float = 1.0) -> np.ndarray:
     tail = rng.random(n) < 0.02
     body[tail] += 50_000 * (rng.pareto(1.5, tail.sum()) + 1)
     return (body * scale).astype(np.int64)
+
+
+# A contended hypervisor: that share of waits lengthened by LOW-HIGH ms, in both arms (a halted
+# virtual CPU woken late; bench/host_noise.py's default wakes, where a fresh CI machine's quiet
+# workload read a p999 of 0.8-2.8 ms).
+HOST_STALLS = (0.005, 0.5, 2.5)
+
+
+def host_stalls(rng, values: np.ndarray) -> np.ndarray:
+    share, low_ms, high_ms = HOST_STALLS
+    chosen = rng.random(len(values)) < share
+    values = values.copy()
+    values[chosen] += rng.uniform(low_ms * 1e6, high_ms * 1e6, chosen.sum()).astype(np.int64)
+    return values
 
 
 def synthetic_arm(rng, windows: int, scale: float, bursty: bool, events: int = EVENTS_PER_WINDOW) -> list[np.ndarray]:
@@ -119,8 +136,8 @@ class SyntheticSource:
     """Windows of a target at a clock: bursts, drift, and the step's effect when it is in place."""
 
     def __init__(self, rng, rate: int, drift_kind: str, effect: "Effect | float", window_seconds: float = 1.0,
-                 stalls: float = 0.0):
-        self.rng, self.rate, self.drift_kind = rng, rate, drift_kind
+                 stalls: float = 0.0, noisy_host: bool = False):
+        self.rng, self.rate, self.drift_kind, self.noisy_host = rng, rate, drift_kind, noisy_host
         self.effect = effect if isinstance(effect, Effect) else Effect(scale=effect, stalls=stalls)
         self.window_seconds, self.clock = window_seconds, 0.0
         self._jitters: dict[int, float] = {}
@@ -132,6 +149,8 @@ class SyntheticSource:
         scale = np.exp(drift(self.drift_kind, self.clock)) * jitter
         events = int(self.rate * self.window_seconds)
         values = heavy_tail(self.rng, events, scale)
+        if self.noisy_host:
+            values = host_stalls(self.rng, values)
         if with_step:
             values = self.effect.apply(self.rng, values, self.clock, self.window_seconds)
         window = Window(values, with_step, self.clock + self.window_seconds / 2)
@@ -245,6 +264,7 @@ class Case:
     steps: int = 1
     rate: int = 8000
     recording: str | None = None
+    noisy_host: bool = False  # HOST_STALLS in both arms
 
 
 def cases(rates: list[int], recordings: list[str]) -> list[Case]:
@@ -265,6 +285,12 @@ def cases(rates: list[int], recordings: list[str]) -> list[Case]:
                 rows.append(Case(f"{share:.2%} of waits x{factor}, {where}", Effect(lengthened=(share, factor)), drift))
         for spin, every in ((5, 0.5), (3, 1.0)):
             rows.append(Case(f"helper spins {spin} ms every {every:g} s, {where}", Effect(spins=(spin, every)), drift))
+    noisy = "a noisy host, bursty"
+    rows += [Case(f"A/A, {noisy}", NO_EFFECT, noisy_host=True),
+             Case(f"1.5x regression, {noisy}", Effect(scale=1.5), noisy_host=True),
+             Case(f"helper spins 5 ms every 0.5 s, {noisy}", Effect(spins=(5, 0.5)), noisy_host=True),
+             Case(f"helper spins 3 ms every 1 s, {noisy}", Effect(spins=(3, 1.0)), noisy_host=True),
+             Case(f"five harmless steps, {noisy}", NO_EFFECT, steps=5, noisy_host=True)]
     for path in recordings:
         name = path.rsplit("/", 1)[-1]
         rows += [Case(f"A/A, {name}", NO_EFFECT, recording=path), Case(f"2x regression, {name}", Effect(scale=2.0),
@@ -284,6 +310,7 @@ def p999_ratio(case: Case, seed: int, recorded: "tuple[list[np.ndarray], float] 
     else:
         seconds = 1.0
         values = [heavy_tail(rng, case.rate) for _ in range(300)]
+        values = [host_stalls(rng, v) for v in values] if case.noisy_host else values
     after = [case.effect.apply(rng, v, i * seconds, seconds) for i, v in enumerate(values)]
     return quantile(np.concatenate(after), 0.999) / quantile(np.concatenate(values), 0.999)
 
@@ -301,7 +328,8 @@ def run_row(job: "tuple[Case, str, int, int, float]") -> str:
         make = lambda trial: RecordedSource(recorded, trial * len(recorded) // trials, case.effect,  # noqa: E731
                                             recorded_seconds, merge, rng)
     else:
-        make = lambda trial: SyntheticSource(rng, case.rate, case.drift, case.effect, window_seconds)  # noqa: E731
+        make = lambda trial: SyntheticSource(rng, case.rate, case.drift, case.effect, window_seconds,  # noqa: E731
+                                             noisy_host=case.noisy_host)
     share, undecided, seconds = run_case(design, make, trials, case.steps)
     rate = "rec" if case.recording else str(case.rate)
     ratio = "" if case.steps > 1 else f"x{p999_ratio(case, seed, loaded):.2f}"
@@ -325,7 +353,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="rows run side by side")
     parser.add_argument("--recorded", nargs="*", default=["bench/data/canary8k_quiet.npz",
                                                            "bench/data/canary8k_jobs.npz",
-                                                           "bench/data/pinned_quiet.npz"],
+                                                           "bench/data/pinned_quiet.npz",
+                                                           "bench/data/canary8k_noisy_host.npz"],
                         help="recordings of bench/record_windows.py, replayed at --window-seconds")
     args = parser.parse_args()
     global VERIFY, SWITCHBACK
