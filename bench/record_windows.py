@@ -8,9 +8,11 @@ moments (each second, each flips with probability 1/15), as other tenants of a n
 the recording then holds the drift and bursts a live node has. The file holds, in time
 order, each window's largest 20% of events and its count (the statistics read at most
 the top 5% of up to four merged windows), and the window length (``window_seconds``),
-so the simulation can merge consecutive windows into longer ones. bench/data/ holds two
-recordings of a default canary (8,000 events a second), 300 s each: canary8k_quiet.npz
-and canary8k_jobs.npz (--jobs-come-and-go).
+so the simulation can merge consecutive windows into longer ones. bench/data/ holds
+recordings of a default canary (8,000 events a second), 300 s each: canary8k_quiet.npz,
+canary8k_jobs.npz (--jobs-come-and-go) and canary8k_noisy_host.npz (recorded under
+bench/host_noise.py's defaults: `bench/host_noise.py -- .venv/bin/python bench/record_windows.py ...`),
+and pinned_quiet.npz (the canary pinned to CPU 1).
 """
 
 
