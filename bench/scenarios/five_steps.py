@@ -18,11 +18,13 @@ SYSCTLS = ["vm/swappiness", "vm/dirty_ratio", "vm/dirty_background_ratio", "vm/v
            "kernel/sched_rr_timeslice_ms"]
 
 
-def run(state_dir: Path, steps: int = 5) -> tuple[dict, float, bool]:
-    """The first ``steps`` sysctls nudged, one step each: the report, the seconds, whether restored."""
+def run(state_dir: Path, steps: int = 5, max_blocks: int | None = None) -> tuple[dict, float, bool]:
+    """The first ``steps`` sysctls nudged, one step each (``max_blocks``: the profile's [verify]
+    budget, else the default): the report, the seconds, whether restored."""
     original = {s: Path(f"/proc/sys/{s}").read_text().strip() for s in SYSCTLS[:steps]}
     keys = "".join(f'"{s}" = {int(v) + 1}\n' for s, v in original.items())
-    report, seconds = apply_profile(f"[target]\ncanary = true\n\n[sysctl]\n{keys}", state_dir)
+    verify = f"\n[verify]\nmax_blocks = {max_blocks}\n" if max_blocks else ""
+    report, seconds = apply_profile(f"[target]\ncanary = true\n{verify}\n[sysctl]\n{keys}", state_dir)
     rollback(state_dir)
     restored = {s: Path(f"/proc/sys/{s}").read_text().strip() for s in original} == original
     return report, seconds, restored

@@ -20,24 +20,18 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or Host().online_cpus() != {0,
 
 def test_late_jobs_and_their_children_are_evicted_as_they_start_and_put_back(tmp_path):
     import late_jobs
-    from lab import near_floor
-    # The workload's p999 with the evicted jobs running, against its floor with them stopped, in
-    # alternating 2 s windows: bench runs read x0.78-x1.26, median x0.87 (docs/watch.md), x0.90-1.09
-    # under bench/host_noise.py. The workload is isolated on CPU 1 and the jobs are on CPU 0 either
-    # way, so this shows the evicted jobs do not reach it; what eviction itself does, each job and
-    # child in the offline cgroup at SCHED_IDLE within 2 s, is asserted first. The bar is the
-    # noisy-neighbour scenario's (1.5x, or 50 us at a floor of tens of microseconds); at 1.2x a fresh
-    # CI machine spent 139 s on this test, three runs.
-    for attempt in range(2):
-        result = late_jobs.run(tmp_path / str(attempt))
-        print(result.row())
-        assert result.placed and result.put_back and not result.differences, result.differences
-        assert result.watch_exit == 0
-        assert len(result.reaction_ms) >= 3 and all(ms < 2000 for ms in result.reaction_ms)
-        assert any(e["event"] == "evicted" and len(e["pids"]) >= 1 for e in result.events)
-        if near_floor(result.loaded_p999_us, result.quiet_p999_us, 1.5):
-            return
-    assert near_floor(result.loaded_p999_us, result.quiet_p999_us, 1.5), result.row()
+    # What watch does: each job and child in the offline cgroup at SCHED_IDLE within 2 s of its
+    # exec, said in its events, and rollback puts every one back. The workload's p999 beside the
+    # evicted jobs against its floor is the bench's (late_jobs.py: x0.78-x1.26, median x0.87, and
+    # x0.90-1.09 under bench/host_noise.py; docs/watch.md): the workload is isolated on CPU 1 and
+    # the jobs on CPU 0 with or without eviction, so that figure does not show eviction, and at 1.2x
+    # a fresh CI machine spent 139 s on it, three runs.
+    result = late_jobs.run(tmp_path, measure_floor=False)
+    print(result.row())
+    assert result.placed and result.put_back and not result.differences, result.differences
+    assert result.watch_exit == 0
+    assert len(result.reaction_ms) >= 3 and all(ms < 2000 for ms in result.reaction_ms)
+    assert any(e["event"] == "evicted" and len(e["pids"]) >= 1 for e in result.events)
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.03, 0.08, 0.15, 0.4])
@@ -82,20 +76,17 @@ def test_a_kill_9_of_watch_while_it_evicts_leaves_a_host_rollback_puts_back(dela
 
 def test_a_workload_that_starts_after_the_apply_is_placed_at_once_and_its_deferred_step_verified(tmp_path):
     import late_workload
-    # Isolated beside three CPU-bound neighbours against alone on both CPUs (8 s each): five bench
-    # runs read x0.61-x1.79, median x0.85 (docs/watch.md). At a p999 of 0.1 ms a moment of the VM's host
-    # moves one reading, so the bar here is the noisy-neighbour scenario's (1.5x, or 50 us above the
-    # floor), over up to two runs; the 1.0x goal is the bench's median.
-    from lab import near_floor
-    for attempt in range(2):
-        result = late_workload.run(tmp_path / str(attempt))
-        print(result.row())
-        assert result.placed_after_s is not None and result.placed_after_s < 1.0
-        assert result.outcome == "kept", result.reason
-        assert not result.differences and result.watch_exit == 0, result.differences
-        if near_floor(result.isolated_p999_us, result.quiet_p999_us, 1.5):
-            return
-    assert near_floor(result.isolated_p999_us, result.quiet_p999_us, 1.5), result.row()
+    # What watch does: the workload in its cpuset within 1 s of its start, the deferred isolation
+    # step verified on the workload's own waits beside three CPU-bound neighbours and kept, and
+    # everything put back. Its p999 isolated beside them against its floor alone is the bench's
+    # (late_workload.py: x0.61-x1.79, median x0.85; docs/watch.md).
+    result = late_workload.run(tmp_path, measure_floor=False)
+    print(result.row())
+    assert result.placed_after_s is not None and result.placed_after_s < 1.0
+    assert result.outcome == "kept", result.reason
+    verified = next(e for e in result.events if e["event"] == "verified")
+    assert min(verified["samples_without"], verified["samples_with"]) > 2000, verified
+    assert not result.differences and result.watch_exit == 0, result.differences
 
 
 @pytest.mark.parametrize("step", ["harmful", "harmless"])
