@@ -109,6 +109,21 @@ class HostTree:
                 path.write_bytes(("\0".join((cmdline if cmdline is not None else comm).split()) + "\0").encode()
                                  if cmdline != "" else b"")
 
+    def add_thread(self, pid: int, tid: int, *, policy: int = 0, rt_priority: int = 0, nice: int = 0,
+                   start_time: int) -> None:
+        """A thread process ``pid`` starts later: its leader's files, with its own id, policy, nice
+        and start time."""
+        leader, base = f"/proc/{pid}/task/{pid}", f"/proc/{pid}/task/{tid}"
+        for name in ("status", "cgroup", "comm", "cmdline"):
+            self.host.path(f"{base}/{name}").parent.mkdir(parents=True, exist_ok=True)
+            self.host.path(f"{base}/{name}").write_bytes(self.host.path(f"{leader}/{name}").read_bytes())
+        fields = self.host.path(f"{leader}/stat").read_text().split(" ")
+        fields[0], fields[18], fields[21] = str(tid), str(nice), str(start_time)
+        fields[39], fields[40] = str(rt_priority), str(policy)
+        self.set(f"{base}/stat", " ".join(fields))
+        status = self.host.path(f"{base}/status").read_text().replace(f"Pid:\t{pid}\n", f"Pid:\t{tid}\n")
+        self.set(f"{base}/status", status)
+
     def snapshot(self) -> dict[str, str]:
         """Every file's content: compare before and after to prove nothing changed."""
         return {str(p.relative_to(self.root)): p.read_text().strip() for p in sorted(self.root.rglob("*")) if p.is_file()}

@@ -212,6 +212,34 @@ def test_fifo_threads_of_the_target_become_sched_other_at_nice_minus_20_and_come
     assert cli("rollback")[0] == 0 and tree.snapshot() == original
 
 
+def test_a_thread_started_by_a_thread_held_off_fifo_is_given_fifo_back_at_rollback(host_tree, cli, profile_file,
+                                                                                    monkeypatch):
+    # watch converts a late FIFO process at its exec, before it starts its worker thread: the
+    # worker is born SCHED_OTHER at nice -20, no record names it, and rollback must not leave it so.
+    import time
+    from tuned_rl.core import agent
+    from tuned_rl.host.host import Host
+    tree = host_tree
+    tree.add_process(600, "model", policy=1, rt_priority=20, cgroups=V1, start_time=600)
+    tree.add_process(700, "model", (701,), policy=1, rt_priority=20, cgroups=V1, start_time=700)
+    tree.host.set_sched(tree.host.task(701), "SCHED_RR:10")  # two threads, two originals
+    assert cli("apply", profile_file(FIFO), "--no-verify")[0] == 0
+    applied_at = time.time()
+    monkeypatch.setattr(agent, "SETTLE_S", 0.0)
+    monkeypatch.setattr(Host, "started_at", lambda self, task: applied_at + 5 if task.start_time >= 9000 else 0.0)
+    tree.add_thread(600, 601, nice=-20, start_time=9100)  # started by the held main thread
+    tree.add_thread(600, 602, start_time=9200)  # started by a thread of its own at SCHED_OTHER: its own
+    tree.add_thread(600, 603, nice=-20, start_time=500 + 9)  # born before the apply: its own
+    tree.add_thread(700, 702, nice=-20, start_time=9300)  # FIFO:20 or RR:10 before? not known: left
+    status, out, _ = cli("rollback")
+    assert status == 0 and "a thread started in pid 600 while tuned-rl held it at SCHED_OTHER:0" in out, out
+    sched_and_nice = {tid: (tree.host.get_sched(tree.host.task(tid)), tree.host.get_nice(tree.host.task(tid)))
+                      for tid in (600, 601, 602, 603, 700, 701, 702)}
+    assert sched_and_nice == {600: ("SCHED_FIFO:20", "0"), 601: ("SCHED_FIFO:20", "0"), 602: ("SCHED_OTHER:0", "0"),
+                              603: ("SCHED_OTHER:0", "-20"), 700: ("SCHED_FIFO:20", "0"), 701: ("SCHED_RR:10", "0"),
+                              702: ("SCHED_OTHER:0", "-20")}, sched_and_nice
+
+
 def test_no_fifo_thread_means_skipped(host_tree, cli, profile_file):
     step = json.loads(cli("apply", profile_file(FIFO + "nice = -10\n"), "--json")[1])["steps"][0]
     assert step["outcome"] == "skipped" and "no SCHED_FIFO or SCHED_RR thread" in step["reason"]

@@ -112,6 +112,7 @@ def turn_real_time():
     time.sleep(float(sys.argv[1]))
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))  # this thread only
     time.sleep(60)
+time.sleep(float(sys.argv[2]))  # the worker starts this late
 threading.Thread(target=turn_real_time, name="rt-worker", daemon=True).start()
 time.sleep(60)
 """
@@ -133,26 +134,33 @@ def test_late_workload_processes_lose_their_fifo_at_start_and_when_a_thread_turn
     profile = tmp_path / "fifo.toml"
     profile.write_text(f'[target]\nname = "{marker}"\n\n[sched_fifo]\n')
     events = []
-    with processes([[*command, "1000", marker]]):  # the workload at apply: nothing real-time yet
+    with processes([[*command, "1000", "0", marker]]):  # the workload at apply: nothing real-time yet
         time.sleep(0.3)
         [step] = tuned_rl_json(["apply", str(profile), "--no-verify"], tmp_path, 60)["steps"]
         assert step["outcome"] == "skipped" and "no SCHED_FIFO" in step["reason"]
         watch = start_watch(tmp_path, events)
         try:
-            with processes([["chrt", "-f", "20", *command, "1000", marker],  # real-time from its exec
-                            [*command, "0.3", marker]]) as (at_exec, later):  # a thread turns FIFO after 0.3 s
-                wait_for(lambda: len(os.listdir(f"/proc/{at_exec.pid}/task")) == 2
-                         and len(os.listdir(f"/proc/{later.pid}/task")) == 2, 5, "the threads")
+            with processes([["chrt", "-f", "20", *command, "1000", "0", marker],  # real-time from its exec
+                            [*command, "0.3", "0", marker],  # a thread turns FIFO after 0.3 s
+                            # real-time from its exec, its worker started 1 s later, after watch
+                            # held the main thread off FIFO: born SCHED_OTHER at nice -20
+                            ["chrt", "-f", "20", *command, "1000", "1", marker]]) as (at_exec, later, late_worker):
+                wait_for(lambda: all(len(os.listdir(f"/proc/{p.pid}/task")) == 2 for p in (at_exec, later, late_worker)),
+                         5, "the threads")
                 began = time.monotonic()
                 wait_for(lambda: all(p == (os.SCHED_OTHER, -20) for p in policies(at_exec.pid).values())
                          and any(p == (os.SCHED_OTHER, -20) for p in policies(later.pid).values()), 8,
                          "both processes' real-time threads as SCHED_OTHER at nice -20",
                          lambda: f"{policies(at_exec.pid)} {policies(later.pid)} {events[-5:]}")
                 print(f"converted {time.monotonic() - began:.2f} s after both had their threads")
+                assert all(p == (os.SCHED_OTHER, -20) for p in policies(late_worker.pid).values()), \
+                    policies(late_worker.pid)
                 watch.terminate()
                 assert watch.wait(timeout=10) == 0
                 rollback(tmp_path)
-                assert all(p[0] == os.SCHED_FIFO for p in policies(at_exec.pid).values()), policies(at_exec.pid)
+                for process in (at_exec, late_worker):  # the worker born off FIFO too: no record names it
+                    assert all(p[0] == os.SCHED_FIFO for p in policies(process.pid).values()), policies(process.pid)
+                    assert all(p[1] == 0 for p in policies(process.pid).values())
                 assert sorted(p[0] for p in policies(later.pid).values()) == [os.SCHED_OTHER, os.SCHED_FIFO]
                 assert all(p[1] == 0 for p in [*policies(at_exec.pid).values(), *policies(later.pid).values()])
         finally:

@@ -460,36 +460,67 @@ class Agent:
 
     def _settle_inherited(self, records: list[StepRecord]) -> list[RestoredChange]:
         """A process forked while tuned-rl held its parent at another policy, nice or I/O class
-        inherits it, and unless `tuned-rl watch` journaled it (or a cgroup's removal covered it) no
-        record names it. A fork in flight while rollback restores the parent copies the old value
-        too, and ends once the parent runs again. So after SETTLE_S, each child of a restored parent
-        born after the parent's record was written that still holds the value tuned-rl had set, and
-        not the original, is given the original."""
-        parents = [(r, c) for r in records for c in r.changes if c.kind in INHERITED_POLICY_KINDS and c.task is not None]
-        if not parents:
+        inherits them, and so does a thread started then by one of its threads; unless `tuned-rl
+        watch` journaled it (or a cgroup's removal covered it) no record names it. A fork in flight
+        while rollback restores the parent copies the old values too, and ends once the parent runs
+        again. So after SETTLE_S, each heir of a restored task, born after the task's record was
+        written, that holds every value tuned-rl had set on the task (SCHED_OTHER alone is anyone's
+        default; with nice -20 it is tuned-rl's), and not the originals, is given the originals: the
+        children of a restored process, and the other threads of a restored thread's process where
+        every restored thread of it had the same originals (/proc does not say which started it)."""
+        held: dict[tuple, tuple[StepRecord, list[Change]]] = {}
+        for record in records:
+            for change in record.changes:
+                if change.kind in INHERITED_POLICY_KINDS and change.task is not None:
+                    held.setdefault((id(record), change.task), (record, []))[1].append(change)
+        if not held:
             return []
         time.sleep(SETTLE_S)
-        results = []
-        for record, change in parents:
+        restored, originals = [], {}
+        for record, changes in held.values():
             try:
-                if self.host.process(change.task.pid).tgid != change.task.pid \
-                        or not change.holds(change.read(self.host), change.before):
-                    continue  # a thread other than the main one, or a parent not restored (left, gone)
-                for pid in self.host.children(change.task.pid):
-                    child = dataclasses.replace(change, task=self.host.task(pid))
-                    if record.written_at is None or self.host.started_at(child.task) < record.written_at:
-                        continue  # born before tuned-rl set its parent's value: what it holds is its own
-                    current = child.read(self.host)
-                    if child.holds(current, change.after) and not child.holds(current, change.before):
-                        child.write(self.host, change.before)
-                        results.append(RestoredChange(
-                            record.plugin, record.step, child.label(), child.handler.show(current),
-                            child.handler.show(change.before), Restore.RESTORED,
-                            f"forked by pid {change.task.pid} while tuned-rl held it at "
-                            f"{child.handler.show(change.after)}: given its parent's original"))
+                tgid = self.host.process(changes[0].task.pid).tgid
+                if not all(c.holds(c.read(self.host), c.before) for c in changes):
+                    continue  # a task not restored (left, gone)
             except (TaskGone, ProcessLookupError, LookupError, OSError):
                 continue
+            restored.append((record, changes, tgid))
+            originals.setdefault(tgid, set()).add(tuple((c.kind, c.handler.show(c.before)) for c in changes))
+        results = []
+        for record, changes, tgid in restored:
+            pid = changes[0].task.pid
+            heirs = [(child, f"forked by pid {pid}") for child in self.host.children(tgid)] if tgid == pid else []
+            if len(originals[tgid]) == 1:
+                heirs += [(tid, f"a thread started in pid {tgid}") for tid in sorted(self.host.thread_ids(tgid))
+                          if tid != pid]
+            for heir, how in heirs:
+                results += self._give_the_originals(record, changes, heir, how)
         return results
+
+    def _give_the_originals(self, record: StepRecord, changes: list[Change], pid: int, how: str
+                            ) -> list[RestoredChange]:
+        """The originals of ``changes`` for task ``pid``, if it was born after ``record`` was written
+        and holds every value tuned-rl set and not every original."""
+        try:
+            task = self.host.task(pid)
+            if record.written_at is None or self.host.started_at(task) < record.written_at:
+                return []  # born before tuned-rl set the values: what it holds is its own
+            heirs = [dataclasses.replace(c, task=task) for c in changes]
+            current = [h.read(self.host) for h in heirs]
+            if not all(h.holds(value, h.after) for h, value in zip(heirs, current)) \
+                    or all(h.holds(value, h.before) for h, value in zip(heirs, current)):
+                return []
+            results = []
+            for heir, value in zip(heirs, current):
+                if not heir.holds(value, heir.before):
+                    heir.write(self.host, heir.before)
+                    show = heir.handler.show
+                    results.append(RestoredChange(
+                        record.plugin, record.step, heir.label(), show(value), show(heir.before), Restore.RESTORED,
+                        f"{how} while tuned-rl held it at {show(heir.after)}: given the original"))
+            return results
+        except (TaskGone, ProcessLookupError, LookupError, OSError):
+            return []
 
     def _undo_record(self, record: StepRecord, force: bool, follow_up_unchanged: bool = True) -> list[RestoredChange]:
         """Restore one step's changes; ``force`` also overwrites values someone changed since.
