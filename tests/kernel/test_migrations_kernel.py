@@ -23,9 +23,14 @@ except ModuleNotFoundError:
 
 SCENARIOS = Path(__file__).parents[2] / "bench" / "scenarios"
 # A CPU hog that wanders: its own affinity flips between CPU 0 and 1 every 20 ms, pushing the
-# workload's threads from one CPU to the other as it comes.
+# workload's threads from one CPU to the other as it comes. At nice -10 (9.3x a nice-0 thread's
+# weight) it takes the CPU it lands on: a stream there waits behind it or is moved away. At nice 0
+# the streams shared that CPU with it, and in 22 diagnoses of 3-5 s here the waits that followed a
+# move were 6-37% of the worst waits, under the finding's 10% in 7 (13-30% in 17 of 17 at nice -10,
+# three of them under bench/host_noise.py).
 WANDERING_HOG = """
 import os, time
+os.nice(-10)
 switched, cpu = time.time(), 0
 while True:
     if time.time() - switched > 0.02:
