@@ -93,20 +93,26 @@ def test_isolating_a_workload_onto_too_few_cpus_is_reverted_and_every_task_is_ba
         verdict
 
 
-def test_a_harmless_step_is_kept(tmp_path):
-    # The bar is 19 kept in 20 runs (the bench: 20 of 20): a false revert here has a ~1%
-    # chance, so a second run decides before the test calls it a failure.
+def test_a_harmless_step_is_not_reverted(tmp_path):
+    # What the user must never meet: a harmless step reverted (a false regression, ~1% of harmless
+    # steps; a second run decides before the test calls it a failure). Whether the judge stops
+    # early ("kept") or measures to the last block ("inconclusive", kept by on_inconclusive) is how
+    # noisy the host is: 5 of 20 inconclusive in a noisy hour (docs/judge.md), 5 of 15 on
+    # 2026-12-02 here, when CI met two in a row; the bench counts it (harmless_step.py --runs 20).
     results = [harmless_step.run(tmp_path / "1")]
-    if results[0].decision != "kept":
+    if results[0].decision == "reverted":
         results.append(harmless_step.run(tmp_path / "2"))
     for result in results:
         print(result.row())
         assert result.seconds < 120 and result.host_restored
     step = results[-1].report["steps"][-1]
-    assert results[-1].decision == "kept", step["reason"]
+    assert results[-1].decision in ("kept", "inconclusive"), step["reason"]
+    if results[-1].decision == "inconclusive":  # it says what it could not rule out, and that it kept the step
+        assert "cannot be ruled out" in step["reason"] and "kept (on_inconclusive = keep)" in step["reason"], step
     blocks = step["blocks"]  # the switchback verdict: with and without the step, alternating
     assert [b["with_step"] for b in blocks] == [i % 2 == 0 for i in range(len(blocks))] and len(blocks) >= 2
     assert all(b["n"] > 0 for b in blocks) and step["verdict"]["windows"] >= 2 + 2 * len(blocks) - 2
+    assert step["verdict"]["without_us"] > 0 and step["verdict"]["with_us"] > 0  # the figures that decided
 
 
 def test_a_three_step_profile_is_verified_step_by_step_and_inconclusive_only_at_the_last_block(tmp_path):
@@ -117,8 +123,8 @@ def test_a_three_step_profile_is_verified_step_by_step_and_inconclusive_only_at_
     # Each step judged on its own switchback blocks,
     # none of these harmless steps reverted (one allowed: one of 75 harmless steps in the lab runs
     # was a false regression, 0.1% in simulation), a step not decided before the last block said
-    # to be inconclusive and no other, and everything put back. (The sequential stop before the
-    # last block: test_a_harmless_step_is_kept.)
+    # to be inconclusive and no other, and everything put back. (How often the sequential stop
+    # comes before the last block is the bench's: harmless_step.py --runs 20, five_steps.py.)
     import five_steps
     report, seconds, restored = five_steps.run(tmp_path, steps=3, max_blocks=12)
     outcomes = [s["outcome"] for s in report["steps"]]
