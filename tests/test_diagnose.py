@@ -387,6 +387,23 @@ def test_threads_that_move_are_named_pinned_by_name_and_merged_with_the_kernel_t
     assert "# (its keys are in [cpu_isolation] above)" in text
 
 
+@pytest.mark.parametrize("online, pins, shared", [
+    ([0, 1, 2, 3], ["1", "2", "3"], None),                   # a CPU of its own each, not all on CPU 1
+    ([0, 1], ["1", "1", "1"], "3 threads for 1 latency CPU: some share one"),
+])
+def test_each_thread_that_moves_is_pinned_to_a_cpu_of_its_own_or_told_they_share(online, pins, shared):
+    recording = recorded("noisy")
+    threads = [{**recording["target_threads"][0], "tid": 900 + n, "comm": f"stream-{n}", "affinity": "0-3"}
+               for n in range(3)]
+    moves = [_moves(900 + n, 400 - n, 30).to_dict() for n in range(3)]
+    diagnosis = replay({**recording, "online_cpus": online, "target_threads": threads, "migrations": moves})
+    [finding] = [f for f in diagnosis.findings if f.cause == "migrations"]
+    assert [finding.settings["pin"][f"^stream\\-{n}$"] for n in range(3)] == pins
+    assert (shared in finding.advice) if shared else "share" not in finding.advice, finding.advice
+    text = write_profile("d", Target("name", "^w$"), None, [finding], diagnosis.latency)
+    assert tomllib.loads(text)["cpu_isolation"]["pin"] == {f"^stream\\-{n}$": pins[n] for n in range(3)}
+
+
 def test_threads_that_move_rarely_or_with_no_worst_wait_after_are_no_finding():
     recording = recorded("noisy")
     threads = [{**recording["target_threads"][0], "tid": 901, "comm": "stream-0"}]

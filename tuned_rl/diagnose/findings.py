@@ -296,10 +296,16 @@ def migrations(evidence: Evidence) -> Finding | None:
     if latency is None or not evidence.named_target:
         why = "this host has one CPU" if latency is None else "[cpu_isolation] needs a [target] naming the workload"
         return Finding("migrations", summary, lines, None, None, f"{advice} ({why})")
-    cpus = format_cpu_list(latency)
-    pins = {f"^{re.escape(r['comm'])}$": cpus for r in movers}
-    return Finding("migrations", summary, lines, "cpu_isolation", {"latency_cpus": cpus, "pin": pins},
-                   advice + f": [cpu_isolation.pin] gives each matching thread the next of CPUs {cpus}")
+    # One pattern a thread, each with a CPU of its own: [cpu_isolation.pin] deals a pattern's CPUs
+    # out to the threads that pattern matches, so patterns given the same list all start at its first.
+    ordered = sorted(latency)
+    pins = {f"^{re.escape(r['comm'])}$": str(ordered[i % len(ordered)]) for i, r in enumerate(movers)}
+    placed = f"[cpu_isolation.pin] gives each one of the latency CPUs ({format_cpu_list(latency)}), in turn"
+    if len(movers) > len(ordered):
+        placed += (f"; {len(movers)} threads for {len(ordered)} latency CPU{'s' if len(ordered) > 1 else ''}: "
+                   "some share one, and wait behind each other (the verdict says whether it helps)")
+    return Finding("migrations", summary, lines, "cpu_isolation",
+                   {"latency_cpus": format_cpu_list(latency), "pin": pins}, f"{advice}: {placed}")
 
 
 def pcie_sharing(evidence: Evidence) -> Finding | None:
