@@ -179,7 +179,8 @@ def pin_changes(host, workload: list, pins: dict[str, str], notes: list[str]) ->
                 if regex.search(thread.comm):
                     matched[name].append(thread)
                     break
-    changes = []
+    changes: list[Change] = []
+    patterns_on: dict[int, list[str]] = {}
     for _, cpus, name in patterns:
         threads = sorted(matched[name], key=lambda t: t.pid)
         if not threads:
@@ -187,7 +188,15 @@ def pin_changes(host, workload: list, pins: dict[str, str], notes: list[str]) ->
         elif len(threads) > len(cpus):
             notes.append(f"pin {name!r}: {len(threads)} threads for {len(cpus)} CPUs: some share a CPU")
         for index, thread in enumerate(threads):
-            changes.append(Change("affinity", "", thread.affinity, str(cpus[index % len(cpus)]), task=thread.task))
+            cpu = cpus[index % len(cpus)]
+            changes.append(Change("affinity", "", thread.affinity, str(cpu), task=thread.task))
+            if name not in patterns_on.setdefault(cpu, []):
+                patterns_on[cpu].append(name)
+    # Each pattern deals its own list from its first CPU: patterns given the same list share its CPUs.
+    for cpu, names in sorted(patterns_on.items()):
+        if len(names) > 1:
+            notes.append(f"pin: CPU {cpu} is given threads of {len(names)} patterns "
+                         f"({', '.join(repr(n) for n in names)}): they share it; give each pattern CPUs of its own")
     return changes
 
 

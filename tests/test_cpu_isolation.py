@@ -104,6 +104,23 @@ def test_pins_give_each_matching_thread_its_own_cpu_and_come_back(cgroup_tree, c
     assert cli("rollback")[0] == 0 and tree.snapshot() == original
 
 
+def test_patterns_given_the_same_cpus_are_told_they_share_them(cgroup_tree, cli, profile_file):
+    tree = cgroup_tree
+    tree.set("/sys/devices/system/cpu/online", "0-3")
+    v1_host(tree)
+    tree.set(f"{CPUSET}/cpuset.cpus", "0-3")
+    profile = profile_file(PROFILE.replace('"1"', '"1-3"') + '\n[cpu_isolation.pin]\n"^actor" = "1-3"\n"^io" = "1-3"\n')
+    status, out, err = cli("apply", profile, "--dry-run", "--json")
+    assert status == 0, err
+    [step] = json.loads(out)["steps"]
+    assert [(c["target"], c["after"]) for c in step["changes"] if c["target"].endswith(" affinity")] == [
+        ("pid 101 (actor-0) affinity", "1"), ("pid 102 (io-0) affinity", "1")]  # each pattern deals from CPU 1
+    assert "pin: CPU 1 is given threads of 2 patterns ('^actor', '^io'): they share it" in " ".join(step["notes"])
+    separate = profile_file(PROFILE.replace('"1"', '"1-3"') + '\n[cpu_isolation.pin]\n"^actor" = "2-3"\n"^io" = "1"\n')
+    [step] = json.loads(cli("apply", separate, "--dry-run", "--json")[1])["steps"]
+    assert not [n for n in step["notes"] if n.startswith("pin: CPU")]
+
+
 def test_a_task_that_exits_before_its_move_is_counted_not_an_error(cgroup_tree, cli, profile_file, monkeypatch):
     tree = cgroup_tree
     v1_host(tree)
