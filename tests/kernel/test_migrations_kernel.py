@@ -26,8 +26,8 @@ SCENARIOS = Path(__file__).parents[2] / "bench" / "scenarios"
 # workload's threads from one CPU to the other as it comes. At nice -10 (9.3x a nice-0 thread's
 # weight) it takes the CPU it lands on: a stream there waits behind it or is moved away. At nice 0
 # the streams shared that CPU with it, and in 22 diagnoses of 3-5 s here the waits that followed a
-# move were 6-37% of the worst waits, under the finding's 10% in 7 (13-30% in 17 of 17 at nice -10,
-# three of them under bench/host_noise.py).
+# move were 6-37% of the worst waits, under the finding's 10% in 7; at nice -10, 9-30% in 3 s and
+# 19-25% in 10 s (below).
 WANDERING_HOG = """
 import os, time
 os.nice(-10)
@@ -73,23 +73,26 @@ def test_diagnose_names_the_moving_threads_its_profile_pins_them_apply_keeps_it_
         moving_workload, tmp_path, state_dir):
     pid = moving_workload
     written = tmp_path / "diagnosed.toml"
-    # 3 s of diagnose; where the machine's own noise left the waits after a migration under the
-    # finding's 10% of the worst waits (a CI run beside another job), a second look decides.
+    # 10 s of diagnose: the finding's share rests on the worst waits, ~15 a second here, 15-20% of
+    # them after a move. In 3 s (~45 worst waits, 0-5 after a move per thread) it read 9-30%, under
+    # the finding's 10% in 2 of 5 runs and in both of one CI run's two looks; in 10 s, 19-25% in 6
+    # of 6. A second look still decides before the test calls it a failure.
     for attempt in range(2):
         written.unlink(missing_ok=True)
-        code, out, err = run_cli("diagnose", "--target", f"pid:{pid}", "--seconds", "3", "--write-profile", written,
+        code, out, err = run_cli("diagnose", "--target", f"pid:{pid}", "--seconds", "10", "--write-profile", written,
                                  "--json", root=None, state_dir=state_dir, timeout=120)
         assert code == 0, err
         result = json.loads(out)
         found = [f for f in result["findings"] if f["cause"] == "migrations"]
         if found:
             break
+    assert found, ("no migrations finding", result["migrations"])
     [finding] = found
     named = {line.split(" (tid")[0] for line in finding["evidence"]}
     assert {"stream-0", "stream-1", "stream-2"} <= named, finding
     rows = {r["comm"]: r for r in result["migrations"]}
     before = {name: rows[name]["migrations"] for name in ("stream-0", "stream-1", "stream-2")}
-    assert all(n >= 15 for n in before.values()), before  # at least 5 a second each
+    assert all(n >= 50 for n in before.values()), before  # at least 5 a second each
     pins = tomllib.loads(written.read_text())["cpu_isolation"]["pin"]
     assert {"^stream\\-0$", "^stream\\-1$", "^stream\\-2$"} <= set(pins), pins
     try:
