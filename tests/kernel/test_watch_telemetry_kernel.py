@@ -45,10 +45,13 @@ def test_the_metrics_histogram_agrees_with_measure_over_the_same_20_s(tmp_path):
     figures = result.figures
     assert result.watch_exit == 0 and figures["scraped_waits"] > 10_000
     assert abs(figures["scraped_waits"] - figures["measure_waits"]) <= 0.1 * figures["measure_waits"]
-    # The two scrapes bracket measure's window only to a scrape's 0.25 s and measure's exit, and
-    # scraped 2-3% more waits: the p99 agrees within 8%, the p999, resting on the slowest ~200 of
-    # them, moved x1.00-1.41 (median x1.09) in eight runs here and x1.37 on a fresh CI machine.
+    # The two scrapes bracket measure's window only to a scrape's 0.25 s: the p99 agrees within 8%,
+    # the p999, resting on the slowest ~200 waits, moved x1.00-1.41 (median x1.09) in eight runs
+    # here and x1.37 on a fresh CI machine, when the last scrape came after measure's exit. One CI
+    # run read x2.0 (305.5 against 151.6 us: a thin tail, which a few long waits at measure's exit
+    # move); the scrapes are now the pair whose window holds measure's count of waits (x1.06-1.22 in
+    # four runs of a noisier hour, 1-2% apart in waits).
     for name, buckets in (("p99", 1), ("p999", 2)):
         scraped, measured = figures[f"scraped_{name}_us"], figures[f"measure_{name}_us"]
         within = abs(scraped - measured) <= 0.10 * measured
-        assert within or abs(bucket_of(scraped) - bucket_of(measured)) <= buckets, (name, scraped, measured)
+        assert within or abs(bucket_of(scraped) - bucket_of(measured)) <= buckets, (name, scraped, measured, figures)
