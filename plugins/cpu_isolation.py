@@ -180,7 +180,7 @@ def pin_changes(host, workload: list, pins: dict[str, str], notes: list[str]) ->
                     matched[name].append(thread)
                     break
     changes: list[Change] = []
-    patterns_on: dict[int, list[str]] = {}
+    patterns_on: dict[int, dict[str, None]] = {}  # each CPU's patterns, in the profile's order
     for _, cpus, name in patterns:
         threads = sorted(matched[name], key=lambda t: t.pid)
         if not threads:
@@ -190,8 +190,7 @@ def pin_changes(host, workload: list, pins: dict[str, str], notes: list[str]) ->
         for index, thread in enumerate(threads):
             cpu = cpus[index % len(cpus)]
             changes.append(Change("affinity", "", thread.affinity, str(cpu), task=thread.task))
-            if name not in patterns_on.setdefault(cpu, []):
-                patterns_on[cpu].append(name)
+            patterns_on.setdefault(cpu, {})[name] = None
     # Each pattern deals its own list from its first CPU: patterns given the same list share its CPUs.
     for cpu, names in sorted(patterns_on.items()):
         if len(names) > 1:

@@ -121,13 +121,13 @@ def run(state_dir: Path, measure_floor: bool = True) -> LateJobs:
                           lambda: f"{[(pid, where(pid)) for pid in late]}; watch said {result.events}")
                 result.placed = True
                 result.reaction_ms = [e["reaction_ms"] for e in result.events if e["event"] == "evicted"]
-                quiet, loaded = [], []
-                for _ in range(WINDOWS if measure_floor else 0):
-                    for pids, windows, signal_number in ((late, quiet, signal.SIGSTOP), (late, loaded, signal.SIGCONT)):
-                        for pid in pids:
-                            os.kill(pid, signal_number)
-                        windows.append(measure(f"name:{MARKER}", WINDOW_S, state_dir)["p999_us"])
                 if measure_floor:
+                    quiet, loaded = [], []
+                    for _ in range(WINDOWS):
+                        for windows, signal_number in ((quiet, signal.SIGSTOP), (loaded, signal.SIGCONT)):
+                            for pid in late:
+                                os.kill(pid, signal_number)
+                            windows.append(measure(f"name:{MARKER}", WINDOW_S, state_dir)["p999_us"])
                     result.quiet_p999_us, result.loaded_p999_us = statistics.median(quiet), statistics.median(loaded)
                 watch.send_signal(signal.SIGTERM)
                 result.watch_exit = watch.wait(timeout=10)

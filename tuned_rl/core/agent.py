@@ -468,16 +468,18 @@ class Agent:
         default; with nice -20 it is tuned-rl's), and not the originals, is given the originals: the
         children of a restored process, and the other threads of a restored thread's process where
         every restored thread of it had the same originals (/proc does not say which started it)."""
-        held: dict[tuple, tuple[StepRecord, list[Change]]] = {}
+        held: list[tuple[StepRecord, list[Change]]] = []  # each record's inherited changes, by task
         for record in records:
+            by_task: dict = {}
             for change in record.changes:
                 if change.kind in INHERITED_POLICY_KINDS and change.task is not None:
-                    held.setdefault((id(record), change.task), (record, []))[1].append(change)
+                    by_task.setdefault(change.task, []).append(change)
+            held += [(record, changes) for changes in by_task.values()]
         if not held:
             return []
         time.sleep(SETTLE_S)
         restored, originals = [], {}
-        for record, changes in held.values():
+        for record, changes in held:
             try:
                 tgid = self.host.process(changes[0].task.pid).tgid
                 if not all(c.holds(c.read(self.host), c.before) for c in changes):
