@@ -210,21 +210,28 @@ def test_waits_summed_in_the_kernel_read_as_the_events_do():
 
 def test_the_schedulers_wait_counts_read_as_the_wakeup_and_switch_timestamps_do():
     # sched_info reads each wait from task_struct.sched_info when its thread is switched out; raw
-    # times it from the wakeup to the switch in. Both on one canary run beside two hogs: as many
-    # waits (a wait still running at the end reads in the next drain), the same tail.
+    # times it from the wakeup to the switch in. Both on one canary run beside two hogs. The two are
+    # drained one after the other, so raw's run goes on ~30 ms longer (a wait still running at the
+    # end reads in the next drain), and the canary can wait ms behind the first drain: a CI run
+    # read the top 0.1% x0.82 from that edge alone (raw's one 2.7 ms wait). Over the time both
+    # drains cover they are the same waits: ten runs here had counts within 1 of ~16,000 and each
+    # top 1% and 0.1% within 0.1%.
     measured, lost = on_one_canary_run(
         lambda canary: {variant: BpfProbe(variant=variant, summed=False) for variant in ("sched_info", "raw")},
         settle=0.3)
-    summaries = {name: summarize(waits.latencies).to_dict() for name, waits in measured.items()}
-    print(summaries, lost)
-    (info_tids, info), (raw_tids, raw) = ((measured[n].tids, measured[n].latencies) for n in ("sched_info", "raw"))
+    info, raw = measured["sched_info"], measured["raw"]
+    print({name: summarize(waits.latencies).to_dict() for name, waits in measured.items()}, lost)
     assert len(raw) > 1500 and abs(len(info) - len(raw)) <= 0.05 * len(raw) and lost["sched_info"] == 0
-    assert set(info_tids.tolist()) == set(raw_tids.tolist())
+    assert set(info.tids.tolist()) == set(raw.tids.tolist())
+    low, high = max(raw.starts.min(), info.starts.min()) + 10**7, min(raw.starts.max(), info.starts.max()) - 10**7
+    info_waits, raw_waits = (w.latencies[(w.starts > low) & (w.starts < high)] for w in (info, raw))
+    print(f"over the {(high - low) / 1e9:.2f} s both cover: {len(info_waits)} and {len(raw_waits)} waits")
+    assert len(raw_waits) > 1500 and abs(len(info_waits) - len(raw_waits)) <= 0.005 * len(raw_waits)
     # The mean of each top 1% and 0.1%: a percentile can fall in the gap between the short waits and
     # the hogs' 0.3-0.7 ms time slices, and read 288 µs from one program, 342 µs from the other.
     for share in (0.01, 0.001):
         top = lambda values: np.sort(values)[-max(int(share * len(values)), 1):].mean()  # noqa: E731
-        assert top(info) == pytest.approx(top(raw), rel=0.1), share
+        assert top(info_waits) == pytest.approx(top(raw_waits), rel=0.02), share
 
 
 def test_each_wait_is_dated_from_when_it_began_by_every_program():
