@@ -79,6 +79,18 @@ def on_one_canary_run(make_probes, seconds: float = 4, settle: float = 0.2, repo
     return measured, lost
 
 
+def common_span(drains, margin_ns: int = 10**7) -> tuple[int, int]:
+    """The time every one of ``drains`` (Waits) covers, less ``margin_ns`` at each end: probes
+    drained one after the other differ at their edges."""
+    return (max(waits.starts.min() for waits in drains) + margin_ns,
+            min(waits.starts.max() for waits in drains) - margin_ns)
+
+
+def begun_in(waits, low: int, high: int) -> np.ndarray:
+    """Which of ``waits`` began at or after ``low`` and before ``high``."""
+    return (waits.starts >= low) & (waits.starts < high)
+
+
 def three_probes_p99(seconds: float = 6) -> dict[str, float]:
     """p99 of one canary run (two hogs beside it) as each of the three probes saw it."""
     drained, _ = on_one_canary_run(lambda canary: {probe.name: probe for probe in (
@@ -203,9 +215,9 @@ def test_waits_summed_in_the_kernel_read_as_the_events_do():
     # drained one after the other: both are compared over the whole intervals both drains cover.
     drained, _ = on_one_canary_run(lambda canary: {"events": BpfProbe(summed=False), "summed": BpfProbe(summed=True)})
     interval = 1 << 25
-    low = (max(waits.starts.min() for waits in drained.values()) // interval + 1) * interval
-    high = (min(waits.starts.max() for waits in drained.values()) // interval) * interval
-    measured = {name: waits.latencies[(waits.starts >= low) & (waits.starts < high)] for name, waits in drained.items()}
+    low, high = common_span(drained.values(), margin_ns=0)
+    low, high = (low // interval + 1) * interval, (high // interval) * interval
+    measured = {name: waits.latencies[begun_in(waits, low, high)] for name, waits in drained.items()}
     events, summed = measured["events"], measured["summed"]
     print(f"over {(high - low) / 1e9:.2f} s:", {name: summarize(values).to_dict() for name, values in measured.items()})
     assert len(events) > 1500 and abs(len(summed) - len(events)) <= 0.005 * len(events)
@@ -228,8 +240,8 @@ def test_the_schedulers_wait_counts_read_as_the_wakeup_and_switch_timestamps_do(
     print({name: summarize(waits.latencies).to_dict() for name, waits in measured.items()}, lost)
     assert len(raw) > 1500 and abs(len(info) - len(raw)) <= 0.05 * len(raw) and lost["sched_info"] == 0
     assert set(info.tids.tolist()) == set(raw.tids.tolist())
-    low, high = max(raw.starts.min(), info.starts.min()) + 10**7, min(raw.starts.max(), info.starts.max()) - 10**7
-    info_waits, raw_waits = (w.latencies[(w.starts > low) & (w.starts < high)] for w in (info, raw))
+    low, high = common_span((info, raw))
+    info_waits, raw_waits = (waits.latencies[begun_in(waits, low, high)] for waits in (info, raw))
     print(f"over the {(high - low) / 1e9:.2f} s both cover: {len(info_waits)} and {len(raw_waits)} waits")
     assert len(raw_waits) > 1500 and abs(len(info_waits) - len(raw_waits)) <= 0.005 * len(raw_waits)
     # The mean of each top 1% and 0.1%: a percentile can fall in the gap between the short waits and
@@ -249,11 +261,11 @@ def test_each_wait_is_dated_from_when_it_began_by_every_program():
                                     seconds=2, settle=0.3)
     raw, info, summed = measured["raw"], measured["sched_info"], measured["summed"]
     # Over the time both drains cover, each of sched_info's starts against raw's nearest of that thread.
-    low, high = max(raw.starts.min(), info.starts.min()) + 10**7, min(raw.starts.max(), info.starts.max()) - 10**7
+    low, high = common_span((raw, info))
     differences = []
     for tid in set(raw.tids.tolist()):
         theirs = np.sort(raw.starts[raw.tids == tid])
-        ours = info.starts[(info.tids == tid) & (info.starts > low) & (info.starts < high)]
+        ours = info.starts[(info.tids == tid) & begun_in(info, low, high)]
         index = np.clip(np.searchsorted(theirs, ours), 1, len(theirs) - 1)
         differences += np.minimum(np.abs(ours - theirs[index - 1]), np.abs(ours - theirs[index])).tolist()
     print(f"sched_info's starts against raw's: median {np.median(differences) / 1000:.1f} µs, "
