@@ -27,13 +27,16 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or BpfProbe.obstacles(Host(), 
 PINNED = CanarySpec(period_us=1000, cpus="0")
 
 
-def test_hogs_on_the_canarys_cpu_raise_its_p99_at_least_3x_and_its_p999():
+def test_hogs_on_the_canarys_cpu_raise_its_slowest_1_percent_at_least_3x_and_its_p999():
     # Quiet and loaded windows alternate (the hogs are stopped and continued), and each arm is
-    # the median of its windows' p999: a moment in which the VM's host takes the CPU raises one
+    # the median of its windows' figure: a moment in which the VM's host takes the CPU raises one
     # window, not the verdict (one quiet-then-loaded pair once read a quiet p999 of 1.46 ms).
     # On a busy shared machine half the quiet windows can read a p999 near 1 ms (a fresh clone's
-    # CI run: quiet 958 us, loaded 2,802 us), while the hogs put 1% of the waits behind a slice
-    # (p99 ~40 us quiet, ~930 us loaded here): p99 carries the 3x claim, p999 must not fall.
+    # CI run: quiet 958 us, loaded 2,802 us), while the hogs put ~1% of the waits behind a slice
+    # (0.5-1.2% of a window's over 200 us here): the mean of each window's slowest 1% carries the
+    # 3x claim (16-36 us quiet, 920-960 us loaded in four runs), p999 must not fall. Not the p99:
+    # it falls on one side of that share or the other, 15.6 or 933.9 us from one window to the
+    # next, and one run's median of six loaded windows read 21.5 us against a quiet 9.75.
     host = Host()
     arms = {"quiet": [], "loaded": []}
     with Hogs(3, "0") as hogs, Canary(PINNED, host) as canary:
@@ -50,12 +53,12 @@ def test_hogs_on_the_canarys_cpu_raise_its_p99_at_least_3x_and_its_p999():
             lost = probe.lost
         finally:
             probe.stop()
-    p99 = {arm: statistics.median(summarize(w).p99_us for w in windows) for arm, windows in arms.items()}
+    slowest = {arm: statistics.median(slowest_mean(w, 0.01) for w in windows) for arm, windows in arms.items()}
     p999 = {arm: statistics.median(summarize(w).p999_us for w in windows) for arm, windows in arms.items()}
     counts = {arm: sum(len(w) for w in windows) for arm, windows in arms.items()}
-    print(p99, p999, counts)
+    print("slowest 1% (ns)", slowest, "p999 (us)", p999, counts)
     assert counts["quiet"] > 3000 and counts["loaded"] > 1000 and lost == 0
-    assert p99["loaded"] >= 3 * p99["quiet"]
+    assert slowest["loaded"] >= 3 * slowest["quiet"]
     assert p999["loaded"] >= p999["quiet"]
 
 
@@ -77,6 +80,12 @@ def on_one_canary_run(make_probes, seconds: float = 4, settle: float = 0.2, repo
             for probe in probes.values():
                 probe.stop()
     return measured, lost
+
+
+def slowest_mean(values, share: float) -> float:
+    """The mean of the slowest ``share`` of ``values`` (at least one): unlike a percentile, it does
+    not jump across a gap between the short waits and the long ones."""
+    return float(np.sort(np.asarray(values))[-max(int(share * len(values)), 1):].mean())
 
 
 def common_span(drains, margin_ns: int = 10**7) -> tuple[int, int]:
@@ -247,8 +256,7 @@ def test_the_schedulers_wait_counts_read_as_the_wakeup_and_switch_timestamps_do(
     # The mean of each top 1% and 0.1%: a percentile can fall in the gap between the short waits and
     # the hogs' 0.3-0.7 ms time slices, and read 288 µs from one program, 342 µs from the other.
     for share in (0.01, 0.001):
-        top = lambda values: np.sort(values)[-max(int(share * len(values)), 1):].mean()  # noqa: E731
-        assert top(info_waits) == pytest.approx(top(raw_waits), rel=0.02), share
+        assert slowest_mean(info_waits, share) == pytest.approx(slowest_mean(raw_waits, share), rel=0.02), share
 
 
 def test_each_wait_is_dated_from_when_it_began_by_every_program():
