@@ -75,6 +75,38 @@ def host_stalls(rng, values: np.ndarray) -> np.ndarray:
     return values
 
 
+# Host stall episodes: quiet stretches (mean QUIET s) alternate with noisy ones (mean NOISY s), in
+# which that share of waits is lengthened by LOW-HIGH ms, in both arms: a noisy hour on a shared
+# host, whose stalls come and go over seconds, longer than a block.
+EPISODES = (8.0, 2.0, 0.003, 1.0, 10.0)
+
+
+class Episodes:
+    """The noisy stretches of one source's timeline, drawn as time goes on (exponential lengths)."""
+
+    def __init__(self, rng):
+        self.rng, self.edges = rng, [0.0]  # alternating: quiet from edges[0], noisy from edges[1], ...
+        self.noisy_first = rng.random() < EPISODES[1] / (EPISODES[0] + EPISODES[1])
+
+    def noisy(self, times: np.ndarray) -> np.ndarray:
+        while self.edges[-1] <= times.max(initial=0.0):
+            stretch = len(self.edges) - 1  # the one whose end is drawn now
+            self.edges.append(self.edges[-1] + self.rng.exponential(
+                EPISODES[1] if self._is_noisy(stretch) else EPISODES[0]))
+        return self._is_noisy(np.searchsorted(self.edges, times, side="right") - 1)
+
+    def _is_noisy(self, stretch):
+        return (np.asarray(stretch) % 2 == 0) == self.noisy_first
+
+    def apply(self, values: np.ndarray, start: float, seconds: float) -> np.ndarray:
+        _, _, share, low_ms, high_ms = EPISODES
+        times = start + self.rng.random(len(values)) * seconds
+        chosen = self.noisy(times) & (self.rng.random(len(values)) < share)
+        values = values.copy()
+        values[chosen] += self.rng.uniform(low_ms * 1e6, high_ms * 1e6, chosen.sum()).astype(np.int64)
+        return values
+
+
 def synthetic_arm(rng, windows: int, scale: float, bursty: bool, events: int = EVENTS_PER_WINDOW) -> list[np.ndarray]:
     """Windows of one arm with no drift (tests/test_judge.py uses it)."""
     return [heavy_tail(rng, events, scale * (_jitter(rng) if bursty else 1.0)) for _ in range(windows)]
@@ -136,8 +168,9 @@ class SyntheticSource:
     """Windows of a target at a clock: bursts, drift, and the step's effect when it is in place."""
 
     def __init__(self, rng, rate: int, drift_kind: str, effect: "Effect | float", window_seconds: float = 1.0,
-                 stalls: float = 0.0, noisy_host: bool = False):
+                 stalls: float = 0.0, noisy_host: bool = False, episodes: bool = False):
         self.rng, self.rate, self.drift_kind, self.noisy_host = rng, rate, drift_kind, noisy_host
+        self.episodes = Episodes(rng) if episodes else None
         self.effect = effect if isinstance(effect, Effect) else Effect(scale=effect, stalls=stalls)
         self.window_seconds, self.clock = window_seconds, 0.0
         self._jitters: dict[int, float] = {}
@@ -151,6 +184,8 @@ class SyntheticSource:
         values = heavy_tail(self.rng, events, scale)
         if self.noisy_host:
             values = host_stalls(self.rng, values)
+        if self.episodes is not None:
+            values = self.episodes.apply(values, self.clock, self.window_seconds)
         if with_step:
             values = self.effect.apply(self.rng, values, self.clock, self.window_seconds)
         window = Window(values, with_step, self.clock + self.window_seconds / 2)
@@ -265,6 +300,7 @@ class Case:
     rate: int = 8000
     recording: str | None = None
     noisy_host: bool = False  # HOST_STALLS in both arms
+    episodes: bool = False  # EPISODES in both arms
 
 
 def cases(rates: list[int], recordings: list[str]) -> list[Case]:
@@ -275,6 +311,7 @@ def cases(rates: list[int], recordings: list[str]) -> list[Case]:
                  Case("A/A bursty, exponential drift", NO_EFFECT, "exp", rate=rate),
                  Case("2x regression, bursty", Effect(scale=2.0), rate=rate),
                  Case("1.5x regression, bursty", Effect(scale=1.5), rate=rate),
+                 Case("1.15x (inside the tolerance), bursty", Effect(scale=1.15), rate=rate),
                  Case("100x improvement, bursty", Effect(scale=0.01), rate=rate),
                  Case("0.2% of waits 300 ms (RT cut), bursty", Effect(stalls=0.002), rate=rate),
                  Case("five harmless steps, exponential drift", NO_EFFECT, "exp", 5, rate=rate)]
@@ -291,6 +328,12 @@ def cases(rates: list[int], recordings: list[str]) -> list[Case]:
              Case(f"helper spins 5 ms every 0.5 s, {noisy}", Effect(spins=(5, 0.5)), noisy_host=True),
              Case(f"helper spins 3 ms every 1 s, {noisy}", Effect(spins=(3, 1.0)), noisy_host=True),
              Case(f"five harmless steps, {noisy}", NO_EFFECT, steps=5, noisy_host=True)]
+    episodes = "stall episodes, bursty"
+    rows += [Case(f"A/A, {episodes}", NO_EFFECT, episodes=True),
+             Case(f"2x regression, {episodes}", Effect(scale=2.0), episodes=True),
+             Case(f"helper spins 5 ms every 0.5 s, {episodes}", Effect(spins=(5, 0.5)), episodes=True),
+             Case(f"helper spins 3 ms every 1 s, {episodes}", Effect(spins=(3, 1.0)), episodes=True),
+             Case(f"five harmless steps, {episodes}", NO_EFFECT, steps=5, episodes=True)]
     for path in recordings:
         name = path.rsplit("/", 1)[-1]
         rows += [Case(f"A/A, {name}", NO_EFFECT, recording=path), Case(f"2x regression, {name}", Effect(scale=2.0),
@@ -329,7 +372,7 @@ def run_row(job: "tuple[Case, str, int, int, float]") -> str:
                                             recorded_seconds, merge, rng)
     else:
         make = lambda trial: SyntheticSource(rng, case.rate, case.drift, case.effect, window_seconds,  # noqa: E731
-                                             noisy_host=case.noisy_host)
+                                             noisy_host=case.noisy_host, episodes=case.episodes)
     share, undecided, seconds = run_case(design, make, trials, case.steps)
     rate = "rec" if case.recording else str(case.rate)
     ratio = "" if case.steps > 1 else f"x{p999_ratio(case, seed, loaded):.2f}"
