@@ -77,14 +77,28 @@ def test_a_harmful_step_is_reverted_and_a_harmless_one_kept(design):
     assert result.outcome == "kept" and state["applied"]
 
 
-def test_a_large_improvement_is_decided_after_one_block_and_its_block_is_the_next_baseline():
+def test_a_large_improvement_is_decided_at_the_first_look_the_data_allows_and_its_last_block_is_the_next_baseline():
+    for seed in range(5):
+        verifier = verifier_with(lambda: 1.0)
+        verifier._order = np.random.default_rng(seed)
+        first, state = run_step(verifier, harm=0.01)  # RT throttling lifted: 100x better
+        assert first.outcome == "kept" and state["applied"], first.verdict.reason
+        assert first.verdict.rule == "large improvement" and len(first.blocks) <= 6, len(first.blocks)  # 3 s at 0.5 s blocks
+        ended_with_step = first.blocks[-1]["with_step"]
+        second, _ = run_step(verifier, harm=1.0)
+        assert not first.reused_baseline and second.reused_baseline == ended_with_step
+        if ended_with_step:  # the host as the first step left it: the second's baseline
+            assert [id(span) for span in second.before.spans[:1]] == [id(span) for span in first.after.spans[-1:]]
+
+
+def test_a_pair_that_meets_the_next_with_one_arm_makes_no_change_between_them():
     verifier = verifier_with(lambda: 1.0)
-    first, state = run_step(verifier, harm=0.01)  # RT throttling lifted: 100x better
-    assert first.outcome == "kept" and state == {"applied": True, "applies": 1, "reverts": 0}
-    assert first.verdict.windows == 2 + 2 and [b["block"] for b in first.blocks] == [1]
-    second, _ = run_step(verifier, harm=1.0)
-    assert not first.reused_baseline and second.reused_baseline
-    assert [id(span) for span in second.before.spans[:2]] == [id(span) for span in first.after.spans[-2:]]
+    verifier._order = np.random.default_rng(3)
+    result, state = run_step(verifier, harm=1.0)
+    arms = [False] + [b["with_step"] for b in result.blocks]  # the baseline, then each block
+    switches = sum(a != b for a, b in zip(arms, arms[1:]))
+    assert state["applies"] + state["reverts"] == switches + (arms[-1] != state["applied"])
+    assert switches < len(result.blocks) or len(result.blocks) <= 2  # some pairs met with one arm
 
 
 def test_a_harmless_step_on_a_drifting_target_is_not_reverted_but_before_after_would_be():
@@ -211,8 +225,31 @@ def test_the_report_shows_what_decided_each_arms_figure_and_the_bound():
                       *result.figures(), verdict)
     text = "\n".join(" ".join(row) for row in _rows(step))
     assert "latency without -> with the step: p99" in text
+    at_look = level_text(verdict["look_level"])
     assert (f"judged on {verdict['statistic']} of each block's waits: " in text and "with the step (geometric means); "
-            f"drift allowed for x{verdict['effect']:.3g}, at least x{verdict['effect_lower']:.3g} (99%)" in text)
+            f"drift allowed for x{verdict['effect']:.3g}, at least x{verdict['effect_lower']:.3g} ({at_look} at this "
+            "look)" in text)
+    assert verdict["look_level"] > 0.99  # a look spends a share of the 1%
+    assert (f"reverted: {verdict['statistic']} worse than the tolerance at 99% (a step within the tolerance is "
+            "reverted at most 1% of the time, over every look)") in text
+
+
+def test_a_kept_step_says_what_harm_it_ruled_out_and_at_what_confidence():
+    from tuned_rl.core.report import StepReport
+    result, _ = run_step(verifier_with(lambda: 1.0), harm=1.0)
+    verdict = result.verdict.to_dict()
+    assert result.outcome == "kept" and verdict["harm"] == 3.0 and verdict["confidence"] == 0.95
+    assert verdict["effect_upper"] < 3.0
+    step = StepReport("sysctl", "set vm.swappiness", [], result.outcome, result.verdict.reason,
+                      *result.figures(), verdict)
+    text = "\n".join(" ".join(row) for row in _rows(step))
+    assert (f"kept: {verdict['statistic']} worse than x3 ruled out at 95% (a step that harmful is kept at most 5% "
+            "of the time, over every look)") in text or verdict["rule"] == "tail bounded"
+
+
+def level_text(level):
+    from tuned_rl.core.report import level_text
+    return level_text(level)
 
 
 def _rows(step):

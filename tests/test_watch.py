@@ -315,7 +315,7 @@ def test_a_step_applied_while_the_workload_was_absent_is_verified_by_watch_when_
 
     measured = []
     monkeypatch.setattr(Agent, "_start_verifier",
-                        lambda self, stack, profile, verify: measured.append(profile.name) or (FakeVerifier(keep), ""))
+                        lambda self, stack, profile, verify, *overrides: measured.append(profile.name) or (FakeVerifier(keep), ""))
 
     def workload_starts():
         tree.add_process(100, "model", cmdline="python serve.py", cgroups=V1, start_time=9000)
@@ -344,7 +344,7 @@ def test_a_step_someone_changed_before_the_workload_started_is_left_unverified(n
     tree.set("/proc/sys/kernel/sched_rt_runtime_us", "950000")
     assert cli("apply", profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n'))[0] == 0
     tree.set("/proc/sys/kernel/sched_rt_runtime_us", "800000")  # an operator's value since
-    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify: (FakeVerifier(False), ""))
+    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify, *overrides: (FakeVerifier(False), ""))
 
     def workload_starts():
         tree.add_process(100, "model", cmdline="python serve.py", cgroups=V1, start_time=9000)

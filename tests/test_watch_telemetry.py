@@ -255,7 +255,7 @@ def test_apply_journals_each_verified_steps_figures_for_watch(tree, cli, profile
     from test_verify import FakeVerifier
     from tuned_rl.core.agent import Agent
     from tuned_rl.core.journal import Journal
-    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify: (FakeVerifier(True), ""))
+    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify, *overrides: (FakeVerifier(True), ""))
     tree.add_process(100, "model", cmdline="python serve.py")
     profile = profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n')
     status, out, _ = cli("apply", profile, "--json")
@@ -289,7 +289,7 @@ def test_watch_says_when_and_why_it_does_not_measure(tree, cli, profile_file, st
 def test_status_shows_the_p999_watch_compares_with(tree, cli, profile_file, state_dir, monkeypatch):
     from test_verify import FakeVerifier
     from tuned_rl.core.agent import Agent
-    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify: (FakeVerifier(True), ""))
+    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify, *overrides: (FakeVerifier(True), ""))
     tree.add_process(100, "model", cmdline="python serve.py")
     assert cli("apply", profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n'))[0] == 0
     report = json.loads(cli("status", "--json")[1])

@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("profile", help="profile file (TOML)")
     apply.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     apply.add_argument("--no-verify", action="store_true", help="apply without latency verification")
+    apply.add_argument("--max-blocks", type=int, metavar="N",
+                       help="switchback blocks at most per step, in place of the profile's [verify] max_blocks "
+                            "(more: an undecided step measures longer before it is inconclusive)")
     apply.add_argument("--format", choices=("table", "diff"), default="table",
                        help="diff: the plan as a unified-diff-style listing of live values (with --dry-run)")
     apply.add_argument("--metrics-file", help="also write Prometheus metrics here (node_exporter textfile "
@@ -191,6 +194,9 @@ def cmd_apply(agent: Agent, args) -> int:
     if args.format == "diff" and not args.dry_run:
         print("tuned-rl: --format diff shows a plan: use it with --dry-run", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.max_blocks is not None and not 2 <= args.max_blocks <= 100:
+        print(f"tuned-rl: --max-blocks {args.max_blocks}: give 2 to 100 blocks", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.metrics_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.metrics_file))):
         print(f"tuned-rl: --metrics-file {args.metrics_file}: its directory does not exist", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -200,7 +206,7 @@ def cmd_apply(agent: Agent, args) -> int:
     if args.dry_run:
         report, status = agent.dry_run(profile), EXIT_OK
     else:
-        report, status = agent.apply(profile, verify=not args.no_verify)
+        report, status = agent.apply(profile, verify=not args.no_verify, max_blocks=args.max_blocks)
     if args.json:
         print(report.to_json())
     else:

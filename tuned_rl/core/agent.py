@@ -101,8 +101,9 @@ class Agent:
             report.steps.append(self._step_report(step, outcome, step.skip_reason or ""))
         return report
 
-    def apply(self, profile: Profile, verify: bool = True) -> tuple[Report, int]:
-        """Roll back what is applied, then apply (and verify) each step; returns the report and exit status."""
+    def apply(self, profile: Profile, verify: bool = True, max_blocks: int | None = None) -> tuple[Report, int]:
+        """Roll back what is applied, then apply (and verify) each step; returns the report and exit status.
+        ``max_blocks`` replaces the profile's [verify] max_blocks."""
         report = Report(profile.name, dry_run=False, digest=profile.digest())
         with exclusive_lock(self.journal.state_dir), ExitStack() as stack:
             report.notes += self._clear_previous()
@@ -117,7 +118,7 @@ class Agent:
             if changing and verify and self._workload_absent(profile):
                 unverified = AWAITING_WORKLOAD  # measuring nothing would only read "0 samples"
             elif changing:
-                verifier, unverified = self._start_verifier(stack, profile, verify)
+                verifier, unverified = self._start_verifier(stack, profile, verify, max_blocks)
             report.notes += verifier.notes if verifier else []
             status = 0
             for index, step in enumerate(steps):
@@ -273,14 +274,18 @@ class Agent:
             self._check_writable(steps[:1])
         return steps[0] if steps else None
 
-    def _start_verifier(self, stack: ExitStack, profile: Profile, verify: bool) -> tuple[Verifier | None, str]:
+    def _start_verifier(self, stack: ExitStack, profile: Profile, verify: bool,
+                        max_blocks: int | None = None) -> tuple[Verifier | None, str]:
         """A started Verifier, or None and the reason steps go unverified."""
         if not verify:
             return None, "applied with --no-verify"
         if profile.get("target") is None:
             return None, "not verified: the profile names no [target]"
         target, canary = target_from_table(profile.get("target"))
-        verifier = Verifier(self.host, target, canary, VerifySettings.from_table(profile.get("verify")), self.progress)
+        settings = VerifySettings.from_table(profile.get("verify"))
+        if max_blocks is not None:
+            settings = dataclasses.replace(settings, max_blocks=max_blocks)
+        verifier = Verifier(self.host, target, canary, settings, self.progress)
         try:
             return stack.enter_context(verifier), ""
         except (ProbeError, TargetError, OSError, RuntimeError) as err:

@@ -129,19 +129,50 @@ def _rows_of(step: StepReport) -> list[tuple[str, str, str]]:
 
 def _judged_lines(v: dict) -> list[str]:
     """What decided a switchback verdict, in figures: the statistic per arm, its drift-adjusted ratio
-    and bound, the one line that says why a rise was not reverted, and the waits at the changes."""
+    and bound, what the verdict claims at what error rate, the one line that says why a rise was not
+    reverted, and the waits at the changes."""
     bound = (f", at least x{v['effect_lower']:.3g}" if v.get("effect_lower") is not None else
              f", at most x{v['effect_upper']:.3g}" if v.get("effect_upper") is not None else "")
-    confidence = f" ({v['confidence']:.0%})" if bound and v.get("confidence") else ""
+    level = v.get("look_level")
+    at = f" ({level_text(level)} at this look)" if bound and level else ""
     lines = [f"judged on {v['statistic']} of each block's waits: {format_us(v['statistic_without_us'] or math.nan)} "
              f"without, {format_us(v['statistic_with_us'] or math.nan)} with the step (geometric means); drift "
-             f"allowed for x{v['effect']:.3g}{bound}{confidence}; {v['windows']} windows, {v['seconds']:g} s"]
+             f"allowed for x{v['effect']:.3g}{bound}{at}; {v['windows']} windows, {v['seconds']:g} s"]
+    claim = _claim(v)
+    if claim:
+        lines.append(claim)
     if v.get("why_not_reverted"):
         lines.append(v["why_not_reverted"])
     if v.get("straddled"):
         lines.append(f"({v['straddled']} waits began before a change of arm and ended after it: each counted in the "
                      "arm where it began)")
     return lines
+
+
+def _claim(v: dict) -> str | None:
+    """The verdict's claim and its error rate over all looks, in one line."""
+    confidence = v.get("confidence")
+    if not confidence:
+        return None
+    error = f"{1 - confidence:.0%}".replace(".0%", "%")
+    borrowed = (f"; the noise of the host learned over {v['noise_prior_df']} degrees of freedom of the earlier "
+                "steps" if v.get("noise_prior_df") else "")
+    if v.get("outcome") == "regression":
+        return (f"reverted: {v['statistic']} worse than the tolerance at {level_text(confidence)} (a step within "
+                f"the tolerance is reverted at most {error} of the time, over every look)")
+    if v.get("rule") in ("harm ruled out", "tail bounded", "large improvement") and v.get("harm"):
+        return (f"kept: {v['statistic']} worse than x{v['harm']:g} ruled out at {level_text(confidence)} (a step "
+                f"that harmful is kept at most {error} of the time, over every look){borrowed}")
+    return None
+
+
+def level_text(level: float) -> str:
+    """99%, 99.5%, 99.95%: a confidence with the digits that matter."""
+    for digits in range(0, 4):
+        text = f"{level * 100:.{digits}f}"
+        if abs(float(text) - level * 100) < 1e-9 or digits == 3:
+            return f"{text}%"
+    return f"{level:.3%}"  # pragma: no cover
 
 
 def _value(value: str | None) -> str:

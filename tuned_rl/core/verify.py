@@ -12,12 +12,12 @@ import numpy as np
 from tuned_rl.core.outcomes import Outcome
 from tuned_rl.host import Host
 from tuned_rl.measure.canary import CanarySpec
-from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, Verdict, judge
+from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION, Verdict, judge
 from tuned_rl.measure.measurement import Measurement, Recorder, Span, attach_probe
 from tuned_rl.measure.probes import LatencyProbe, ProbeError
 from tuned_rl.measure.settings import VerifySettings
 from tuned_rl.measure.stats import QUANTILES, quantile, summarize
-from tuned_rl.measure.switchback import Look, Window, look, why_not_reverted
+from tuned_rl.measure.switchback import NO_PRIOR, Look, Window, arm_order, look, why_not_reverted
 from tuned_rl.measure.targets import Target, TargetError
 
 Progress = Callable[[str], None]
@@ -63,6 +63,9 @@ class Verifier:
         self.notes: list[str] = []
         self.failed: str | None = None  # why the probe stopped working, once it has
         self._recorder_of: Recorder | None = None
+        self.prior = NO_PRIOR  # what earlier steps learned of the host's block-to-block noise
+        self._per_block: int | None = None  # windows per switchback block, sized at the first baseline
+        self._order = np.random.default_rng()  # the coin of each AB/BA pair
 
     def __enter__(self) -> "Verifier":
         try:
@@ -105,21 +108,23 @@ class Verifier:
 
     def _switchback(self, label: str, apply: Callable[[], None], revert: Callable[[], None]) -> StepVerdict:
         s = self.settings
+        sequential = s.switchback_settings()
         reused = self.baseline is not None
         self._recorder.forget_all_but(self.baseline.spans if reused else [])
-        baseline = self.baseline or self._measure(label, "measuring without the step", s.baseline_windows)
+        baseline = self.baseline or self._measure_baseline(label)
         plan = [(span, False, 0) for span in baseline.spans]  # each window: its span, its arm, its block
         settling: list[Span] = []
         with_step, decision, last = False, None, baseline
-        for block in range(1, s.max_blocks + 1):
-            (revert if with_step else apply)()
-            with_step = not with_step
-            phase = f"block {block}/{s.max_blocks} {'with' if with_step else 'without'} the step"
-            settling.append(self._settle(label, phase))
-            last = self._measure(label, phase, s.block_windows)
+        for block, arm in enumerate(arm_order(self._order, s.max_blocks), 1):
+            phase = f"block {block}/{s.max_blocks} {'with' if arm else 'without'} the step"
+            if arm != with_step:  # pairs meeting with one arm (B A | A B) need no change, and no settling
+                (apply if arm else revert)()
+                with_step = arm
+                settling.append(self._settle(label, phase))
+            last = self._measure(label, phase, self._per_block)
             plan += [(span, with_step, block) for span in last.spans]
-            decision = look([Window(span.values, arm, span.midpoint, number) for span, arm, number in plan], block,
-                            s.switchback_settings())
+            decision = look([Window(span.values, a, span.midpoint, number) for span, a, number in plan], block,
+                            sequential, self.prior)
             if decision.outcome is not None:
                 break
         arms = {arm: _arm(self._probe, [span for span, a, _ in plan if a == arm]) for arm in (False, True)}
@@ -130,9 +135,24 @@ class Verifier:
             (apply if keep else revert)()
         # The last block measured the host as it now is, if the step ended where it was measured.
         self.baseline = last if keep == with_step else None
+        if verdict.outcome != REGRESSION:  # the host's noise, learned for the next steps' harm bounds
+            self.prior = self.prior.learned(decision, sequential.prior_df_cap)
         result = StepVerdict(keep, self._outcome(verdict), verdict, arms[False], arms[True], reused)
         result.blocks = _block_figures(plan)
         return result
+
+    def _measure_baseline(self, label: str) -> Measurement:
+        """One block without the step; the first of an apply also sizes the blocks: one window, then
+        as many more as the target's event rate needs for a block's metric tail (held for the apply,
+        so that every block's statistic rests on as many waits and a noise prior carries over)."""
+        if self._per_block is None:
+            first = self._measure(label, "measuring without the step", 1)
+            rate = first.spans[0].count / self.settings.window_seconds if first.spans else 0.0
+            self._per_block = self.settings.windows_per_block(rate)
+            if self._per_block > 1:
+                self._recorder.record(self._per_block - 1, self.settings.window_seconds, measurement=first)
+            return first
+        return self._measure(label, "measuring without the step", self._per_block)
 
     # -- the before-after design -----------------------------------------------
 
@@ -216,6 +236,7 @@ def _switchback_verdict(decision: Look, arms: dict[bool, Measurement], settings:
     """The verdict, with the figures that decided it: what the report shows is what was judged."""
     lower = decision.bound if decision.outcome == REGRESSION else None
     upper = decision.bound if decision.outcome != REGRESSION else None
+    claim = settings.confidence if decision.outcome == REGRESSION else settings.harm_confidence
     return Verdict(decision.outcome or INCONCLUSIVE, _metric(arms[False], settings.metric),
                    _metric(arms[True], settings.metric), decision.p_value, decision.reason, effect=decision.effect,
                    upper=upper, lower=lower, windows=sum(len(a.spans) for a in arms.values()),
@@ -223,7 +244,15 @@ def _switchback_verdict(decision: Look, arms: dict[bool, Measurement], settings:
                    tail_before_us=decision.tail_us[0], tail_after_us=decision.tail_us[1],
                    why_not_reverted=why_not_reverted(decision, settings.switchback_settings()),
                    settling_dropped=settling, straddled=straddled, metric=settings.metric,
-                   confidence=settings.confidence)
+                   confidence=claim, look_level=decision.level, harm=decision.harm,
+                   randomization_p=decision.randomization_p, noisy_blocks=decision.noisy_blocks,
+                   blocks=decision.blocks, noise_prior_df=_borrowed_df(decision))
+
+
+def _borrowed_df(decision: Look) -> int:
+    """The degrees of freedom a keep's harm bound took from the noise prior (0 for other verdicts)."""
+    tail = decision.tail
+    return tail.df - tail.own_df if decision.outcome == NO_REGRESSION and tail is not None else 0
 
 
 def _arm(probe: LatencyProbe, spans: list[Span]) -> Measurement:

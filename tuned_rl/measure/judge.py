@@ -87,7 +87,13 @@ class Verdict:
     settling_dropped: int = 0  # waits that began while a change took hold: in no arm
     straddled: int = 0  # waits that began before a change of arm and ended after it: counted where they began
     metric: str = "p999"
-    confidence: float | None = None
+    confidence: float | None = None  # of the verdict's claim, over all looks (a keep's: the harm bound's)
+    look_level: float | None = None  # the one-sided level of the bound at the look that decided
+    harm: float | None = None  # a keep: the ratio of the metric's tail ruled out at ``confidence``
+    randomization_p: float | None = None  # the AB/BA pairs' sign-flip test, at the last look
+    noisy_blocks: int = 0  # blocks whose metric tail stood out of the fit
+    blocks: int | None = None
+    noise_prior_df: int = 0  # degrees of freedom the harm bound borrowed from earlier steps
 
     @property
     def ratio(self) -> float:
@@ -105,7 +111,9 @@ class Verdict:
                     effect_upper=ratio(self.upper), effect_lower=ratio(self.lower), confidence=self.confidence,
                     windows=self.windows, seconds=None if self.seconds is None else round(self.seconds, 1),
                     settling_dropped=self.settling_dropped, straddled=self.straddled,
-                    why_not_reverted=self.why_not_reverted)
+                    why_not_reverted=self.why_not_reverted, look_level=_sig(self.look_level), harm=self.harm,
+                    randomization_p=_sig(self.randomization_p), noisy_blocks=self.noisy_blocks, blocks=self.blocks,
+                    noise_prior_df=self.noise_prior_df)
         return data
 
 

@@ -89,7 +89,9 @@ class Measurement:
         return summarize(self.values)
 
     def to_dict(self) -> dict:
-        return {**self.summary().to_dict(), "lost": self.lost, "probe": self.probe,
+        summary = self.summary().to_dict()
+        under = [key for key in ("p50_us", "p99_us", "p999_us", "max_us") if 0 <= summary[key] < 1]
+        return {**summary, **({"under_1us": under} if under else {}), "lost": self.lost, "probe": self.probe,
                 "windows": len(self.spans), "seconds": round(self.seconds, 2), "notes": self.notes,
                 **({"ioctl": self.ioctl} if self.ioctl is not None else {})}
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from tuned_rl.measure.judge import JudgeSettings
-from tuned_rl.measure.switchback import SwitchbackSettings
+from tuned_rl.measure.switchback import SwitchbackSettings, block_events
 from tuned_rl.profiles.schema import Key, Table
 
 VERIFY_TABLE = Table(
@@ -19,12 +20,20 @@ VERIFY_TABLE = Table(
                       choices=("switchback", "before-after")),
         "metric": Key(str, "The quantile judged.", choices=("p50", "p99", "p999")),
         "window_seconds": Key(float, "Length of one window.", minimum=0.1, maximum=600),
-        "baseline_windows": Key(int, "switchback: windows without the step before the first block.",
+        "baseline_windows": Key(int, "Ignored since 0.3: the baseline is one block, as long as the others (kept so "
+                                     "older profiles load).",
                                 minimum=1, maximum=100),
-        "block_windows": Key(int, "switchback: windows per block, after settle_seconds dropped.",
-                             minimum=1, maximum=100),
+        "block_windows": Key(int, "switchback: windows per block, after settle_seconds dropped; 0 (the default): "
+                                  "sized by the target's event rate, enough for the metric's tail to rest on 4 waits "
+                                  "(one window of 0.5 s at 8,000 events a second), at most 4.",
+                             minimum=0, maximum=100),
         "max_blocks": Key(int, "switchback: blocks at most before the verdict is inconclusive.", minimum=2,
                           maximum=100),
+        "harm": Key(float, "switchback: a kept step's metric (its slowest 0.1% for p999) worse than this ratio is "
+                           "ruled out at harm_confidence.", minimum=1.01, maximum=1000),
+        "broad_harm": Key(float, "switchback: and its slowest 5% worse than this ratio.", minimum=1.01, maximum=1000),
+        "harm_confidence": Key(float, "switchback: how sure a keep is that the harm is ruled out (1 - the share of "
+                                      "harmful steps kept).", minimum=0.5, maximum=0.9999),
         "windows": Key(int, "before-after: windows per measurement (before, and again after).", minimum=2,
                        maximum=1000),
         "rounds": Key(int, "before-after: alternate without/with the step this many times and pool the arms.",
@@ -32,12 +41,16 @@ VERIFY_TABLE = Table(
         "min_samples": Key(int, "Fewer events than this in either arm is inconclusive.", minimum=1),
         "tolerance": Key(float, "How much worse the metric may get before it counts (0.1 = 10%).",
                          minimum=0, maximum=100),
-        "confidence": Key(float, "How sure the judge must be.", minimum=0.5, maximum=0.9999),
+        "confidence": Key(float, "How sure a revert must be: a step within the tolerance is reverted at most 1 - "
+                                 "this of the time, over every look.", minimum=0.5, maximum=0.9999),
         "settle_seconds": Key(float, "After each change, measured and dropped as settling.", minimum=0,
                               maximum=600),
         "on_inconclusive": Key(str, "Keep or revert a step the judge cannot decide on.", choices=("keep", "revert")),
     },
 )
+
+
+MAX_BLOCK_WINDOWS = 4  # a slow target's blocks: 2 s at most, with fewer waits in the metric's tail
 
 
 @dataclass(frozen=True)
@@ -47,8 +60,11 @@ class VerifySettings:
     metric: str = "p999"
     window_seconds: float = 0.5
     baseline_windows: int = 2
-    block_windows: int = 2
+    block_windows: int = 0  # sized by the target's event rate (blocks_for)
     max_blocks: int = SwitchbackSettings.max_blocks
+    harm: float = SwitchbackSettings.harm
+    broad_harm: float = SwitchbackSettings.broad_harm
+    harm_confidence: float = SwitchbackSettings.harm_confidence
     windows: int = 15
     rounds: int = 1
     min_samples: int = JudgeSettings.min_samples
@@ -68,7 +84,16 @@ class VerifySettings:
 
     def switchback_settings(self) -> SwitchbackSettings:
         return SwitchbackSettings(metric=self.metric, tolerance=self.tolerance, confidence=self.confidence,
-                                  max_blocks=self.max_blocks, min_samples=self.min_samples)
+                                  max_blocks=self.max_blocks, min_samples=self.min_samples, harm=self.harm,
+                                  broad_harm=self.broad_harm, harm_confidence=self.harm_confidence)
+
+    def windows_per_block(self, events_per_second: float) -> int:
+        """``block_windows``, or (0) enough windows for a block's metric tail to rest on TAIL_AT_LEAST
+        waits at the target's rate, at most MAX_BLOCK_WINDOWS."""
+        if self.block_windows:
+            return self.block_windows
+        needed = block_events(self.metric) / max(events_per_second * self.window_seconds, 1e-9)
+        return int(min(max(math.ceil(needed - 1e-9), 1), MAX_BLOCK_WINDOWS))
 
 
 DEFAULT_VERIFY = VerifySettings()

@@ -60,9 +60,12 @@ def quantile_ns(counts: np.ndarray, middles: np.ndarray, q: float) -> int:
 
 
 def format_us(us: float) -> str:
-    """2.4 ms, 83 µs, 1.2 s: the unit people read latencies in."""
+    """2.4 ms, 83 µs, 1.2 s: the unit people read latencies in; under a microsecond, "< 1 µs" (the
+    first bucket of a histogram probe, and most waits of a canary beside hogs: never "0 µs")."""
     if us != us:  # NaN
         return "-"
+    if us < 1:
+        return "< 1 µs"
     if us >= 1_000_000:
         return f"{us / 1e6:.2f} s"
     if us >= 1000:
@@ -117,3 +120,12 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
         if abs(c * d - 1) < 1e-14:
             break
     return front * result
+
+
+def f_sf(f: float, df1: int, df2: int) -> float:
+    """P(F > f) for Fisher's F with (df1, df2) degrees of freedom."""
+    if f <= 0:
+        return 1.0
+    if math.isinf(f):
+        return 0.0
+    return _incomplete_beta(df2 / 2, df1 / 2, df2 / (df2 + df1 * f))
