@@ -408,7 +408,8 @@ def main() -> None:
     parser.add_argument("--recorded", nargs="*", default=["bench/data/canary8k_quiet.npz",
                                                            "bench/data/canary8k_jobs.npz",
                                                            "bench/data/pinned_quiet.npz",
-                                                           "bench/data/canary8k_noisy_host.npz"],
+                                                           "bench/data/canary8k_noisy_host.npz",
+                                                           "bench/data/canary8k_today.npz"],
                         help="recordings of bench/record_windows.py, replayed at --window-seconds")
     args = parser.parse_args()
     global VERIFY, SWITCHBACK

@@ -17,7 +17,9 @@ from tuned_rl.measure.measurement import Measurement, Recorder, Span, attach_pro
 from tuned_rl.measure.probes import LatencyProbe, ProbeError
 from tuned_rl.measure.settings import VerifySettings
 from tuned_rl.measure.stats import QUANTILES, quantile, summarize
-from tuned_rl.measure.switchback import NO_PRIOR, Look, Window, arm_order, look, why_not_reverted
+from tuned_rl.measure.judge import window_tail
+from tuned_rl.measure.switchback import (FLOOR_NS, NO_PRIOR, TAIL_AT_LEAST, Look, Window, arm_order, look,
+                                         tail_share_of, why_not_reverted)
 from tuned_rl.measure.targets import Target, TargetError
 
 Progress = Callable[[str], None]
@@ -138,7 +140,7 @@ class Verifier:
         if verdict.outcome != REGRESSION:  # the host's noise, learned for the next steps' harm bounds
             self.prior = self.prior.learned(decision, sequential.prior_df_cap)
         result = StepVerdict(keep, self._outcome(verdict), verdict, arms[False], arms[True], reused)
-        result.blocks = _block_figures(plan)
+        result.blocks = _block_figures(plan, s.metric)
         return result
 
     def _measure_baseline(self, label: str) -> Measurement:
@@ -260,11 +262,23 @@ def _arm(probe: LatencyProbe, spans: list[Span]) -> Measurement:
     return Measurement(probe.name, spans, probe.lost, sum(span.end_ns - span.start_ns for span in spans) / 1e9)
 
 
-def _block_figures(plan: list[tuple[Span, bool, int]]) -> list[dict]:
-    """Each block's figures (the baseline's, block 0, left out), with every wait that began in it."""
-    arms = dict.fromkeys((number, arm) for _, arm, number in plan if number > 0)
-    return [{"block": number, "with_step": arm,
-             **_figures_of([span.values for span, _, n in plan if n == number])} for number, arm in arms]
+def _block_figures(plan: list[tuple[Span, bool, int]], metric: str = "p999") -> list[dict]:
+    """Each block's figures (the baseline's, block 0, left out), with every wait that began in it:
+    its arm, whether a change was made just before it (``after_change``: in step with the switching,
+    where an artefact of the change itself would show), and the statistic the verdict read of it
+    (``tail_us``: the geometric mean of its slowest 0.1% for p999)."""
+    arms = dict.fromkeys((number, arm) for _, arm, number in plan)
+    previous, figures = False, []
+    for number, arm in arms:
+        values = [span.values for span, _, n in plan if n == number]
+        if number > 0:
+            pooled = np.concatenate(values) if values else np.array([], dtype=np.int64)
+            tail = window_tail(pooled, tail_share_of(metric), TAIL_AT_LEAST, FLOOR_NS) if len(pooled) else math.nan
+            figures.append({"block": number, "with_step": arm, "after_change": arm != previous,
+                            "tail_us": round(math.exp(tail) / 1000, 1) if math.isfinite(tail) else None,
+                            **_figures_of(values)})
+        previous = arm
+    return figures
 
 
 def _last_of_each_block(plan: list[tuple[Span, bool, int]]) -> list[int]:

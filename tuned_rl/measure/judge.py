@@ -175,13 +175,13 @@ def tail_share(q: float) -> float:
     return min(1.0, 10 * (1 - q))
 
 
-def window_tail(window: np.ndarray, share: float, at_least: int = 1) -> float:
-    """Mean log of the window's largest ``share`` of events, and at least ``at_least`` of them (-inf
-    for an empty window)."""
+def window_tail(window: np.ndarray, share: float, at_least: int = 1, floor_ns: int = 1) -> float:
+    """Mean log of the window's largest ``share`` of events, and at least ``at_least`` of them, each
+    read as at least ``floor_ns`` (-inf for an empty window)."""
     if len(window) == 0:
         return -np.inf
     k = min(max(int(math.ceil(share * len(window))), at_least), len(window))
-    return float(np.log(np.maximum(np.partition(window, len(window) - k)[len(window) - k:], 1)).mean())
+    return float(np.log(np.maximum(np.partition(window, len(window) - k)[len(window) - k:], floor_ns)).mean())
 
 
 def _splits(total: int, chosen: int, permutations: int, seed: int):

@@ -50,7 +50,7 @@ VERIFY_TABLE = Table(
 )
 
 
-MAX_BLOCK_WINDOWS = 4  # a slow target's blocks: 2 s at most, with fewer waits in the metric's tail
+MAX_BLOCK_WINDOWS = 2  # a slow target's blocks: 1 s at most, with fewer waits in the metric's tail
 
 
 @dataclass(frozen=True)

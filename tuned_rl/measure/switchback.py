@@ -82,6 +82,11 @@ BROAD_SHARE = 0.05  # the broad tail: each block's slowest 5%
 # The metric's tail rests on at least this many waits of a block (a block of a slow target's 1,000
 # waits has one slowest 0.1%, its maximum, too much at the mercy of one stall of the host's).
 TAIL_AT_LEAST = 4
+# A wait under a microsecond counts as one: where most of a canary's waits are shorter (a CPU it has
+# to itself, or beside hogs: p50 under 0.05 µs), the slowest 5% reaches down to where the waits jump
+# from nanoseconds to tens of microseconds, and its mean log swung by 1.4 from one 0.5 s block to the
+# next (0.7 read at 1 µs; 0.23-0.26 on the recordings of quieter days).
+FLOOR_NS = 1000
 # Of the regression side's total, what each regression rule may spend (they are one union).
 REGRESSION_SHARES = {"tail": 0.6, "broad": 0.35, "starved": 0.05}
 # Of the keep side's total, what the large-improvement rule may spend; the rest is the harm bound's.
@@ -106,6 +111,7 @@ class SwitchbackSettings:
     large_improvement: float = math.log(2)
     prior_df_cap: int = 24  # a noise prior from earlier steps counts as at most this many degrees of freedom
     prior_own_df: int = 3  # with a prior, a keep still needs this many of the step's own
+    sign_p: float = 0.05  # a tail worse beyond the tolerance at this p (the step's own fit) is not kept as harmless
     randomization_p: float = 0.05  # at the last look a regression must also pass the sign-flip test at this
     look_growth: float = 1.25  # after block look_every_to, a look each time the blocks grow by this factor
     look_every_to: int = 8  # a look after every block up to this one
@@ -385,9 +391,9 @@ def gather(windows: list[Window], blocks: int, settings: SwitchbackSettings, pri
     share = tail_share_of(settings.metric)
     empty = (counts == 0).any()
     fit = lambda y: None if empty else _fit(y, arms, times, degree)  # noqa: E731
-    tail_y = np.array([window_tail(u.values, share, TAIL_AT_LEAST) for u in units])
+    tail_y = np.array([window_tail(u.values, share, TAIL_AT_LEAST, FLOOR_NS) for u in units])
     tail = fit(tail_y)
-    broad_y = np.array([window_tail(u.values, max(BROAD_SHARE, share)) for u in units])
+    broad_y = np.array([window_tail(u.values, max(BROAD_SHARE, share), floor_ns=FLOOR_NS) for u in units])
     broad = fit(broad_y)
     with_step = [w.values for w in windows if w.with_step]
     without = [w.values for w in windows if not w.with_step]
@@ -477,6 +483,8 @@ def harmless(e: Evidence) -> Look | None:
     broad_upper = broad.bound(1 - level)
     if upper >= math.log(s.harm) or broad_upper >= math.log(s.broad_harm):
         return None
+    if min(e.tail.p_beyond(e.tolerance), e.broad.p_beyond(e.tolerance)) <= s.sign_p:
+        return None  # a sign of harm inside the bound: measure on, to a regression or the last look
     return _decided(e, NO_REGRESSION, "harm ruled out", tail, upper, 1 - level,
                     f"worse than x{s.harm:g} ruled out (at most {_times(upper)}; the slowest 5% at most "
                     f"{_times(broad_upper)}, under x{s.broad_harm:g})", harm=s.harm)
