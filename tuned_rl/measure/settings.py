@@ -20,12 +20,12 @@ VERIFY_TABLE = Table(
                       choices=("switchback", "before-after")),
         "metric": Key(str, "The quantile judged.", choices=("p50", "p99", "p999")),
         "window_seconds": Key(float, "Length of one window.", minimum=0.1, maximum=600),
-        "baseline_windows": Key(int, "Ignored since 0.3: the baseline is one block, as long as the others (kept so "
+        "baseline_windows": Key(int, "Ignored since 0.2: the baseline is one block, as long as the others (kept so "
                                      "older profiles load).",
                                 minimum=1, maximum=100),
         "block_windows": Key(int, "switchback: windows per block, after settle_seconds dropped; 0 (the default): "
                                   "sized by the target's event rate, enough for the metric's tail to rest on 4 waits "
-                                  "(one window of 0.5 s at 8,000 events a second), at most 4.",
+                                  "(one window of 0.5 s at 8,000 events a second), at most 2.",
                              minimum=0, maximum=100),
         "max_blocks": Key(int, "switchback: blocks at most before the verdict is inconclusive.", minimum=2,
                           maximum=100),
