@@ -2,11 +2,13 @@
 
 Five harmless steps (sysctls nudged by one) verified against a canary, then rolled back.
 
-    sudo .venv/bin/python bench/scenarios/five_steps.py
+    sudo .venv/bin/python bench/scenarios/five_steps.py [--runs N]
 """
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -30,12 +32,24 @@ def run(state_dir: Path, steps: int = 5, max_blocks: int | None = None) -> tuple
     return report, seconds, restored
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+    totals = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as state:
+            report, seconds, restored = run(Path(state))
+        totals.append(seconds)
+        for step in report["steps"]:
+            print(f"{step['step']:<45} {step['outcome']:<13} reused baseline: {step.get('reused_baseline')}, "
+                  f"{step['verdict']['seconds']:g} s measured")
+            if step["outcome"] != "kept":
+                print(f"  {step['reason']}")
+        print(f"five steps in {seconds:.1f} s; host restored: {restored}", flush=True)
+    if args.runs > 1:
+        print(f"{args.runs} runs: median {statistics.median(totals):.1f} s ({', '.join(f'{t:.1f}' for t in totals)})")
+
+
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as state:
-        report, seconds, restored = run(Path(state))
-    for step in report["steps"]:
-        print(f"{step['step']:<45} {step['outcome']:<13} reused baseline: {step.get('reused_baseline')}, "
-              f"{step['verdict']['seconds']:g} s measured")
-        if step["outcome"] != "kept":
-            print(f"  {step['reason']}")
-    print(f"five steps in {seconds:.1f} s; host restored: {restored}")
+    main()

@@ -1,0 +1,48 @@
+"""The README's main command as a new user meets it: `tuned-rl apply profiles/quickstart.toml`,
+then `tuned-rl rollback`, N times; each run's seconds, each step's outcome and seconds of
+measuring, and the medians. (The bar: at most 30 s an apply, no step inconclusive.)
+
+    sudo .venv/bin/python bench/scenarios/quickstart.py [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from lab import apply_profile, rollback  # noqa: E402
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "profiles" / "quickstart.toml"
+
+
+def run(state_dir: Path) -> tuple[dict, float]:
+    report, seconds = apply_profile(QUICKSTART.read_text(), state_dir)
+    rollback(state_dir)
+    return report, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    seconds, inconclusive = [], 0
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as state:
+            report, took = run(Path(state))
+        seconds.append(took)
+        steps = [(s["outcome"], (s.get("verdict") or {}).get("seconds")) for s in report["steps"]]
+        inconclusive += sum(outcome == "inconclusive" for outcome, _ in steps)
+        print(f"{took:5.1f} s  " + ", ".join(f"{o} ({m:g} s)" if m is not None else o for o, m in steps), flush=True)
+        for step in report["steps"]:
+            if step["outcome"] not in ("kept", "applied"):
+                print(f"  {step['step']}: {step['reason']}", flush=True)
+    print(f"{args.runs} runs: median {statistics.median(seconds):.1f} s, at most {max(seconds):.1f} s; "
+          f"{sum(s <= 30 for s in seconds)} of {args.runs} within 30 s; {inconclusive} steps inconclusive")
+
+
+if __name__ == "__main__":
+    main()
