@@ -286,3 +286,18 @@ def test_rare_stalls_a_noisy_host_dilutes_are_never_called_harmless():
     regressions, undecided, seconds = run_case(
         "switchback", lambda trial: SyntheticSource(rng, 8000, "none", Effect(), 0.5, noisy_host=True), trials)
     assert regressions == 0 and undecided <= 2 / trials and seconds < 10, (regressions, undecided, seconds)
+
+
+def test_an_inconclusive_verdict_names_the_slowest_5_percent_when_that_is_what_kept_it_from_a_keep():
+    # The metric's tail no worse, the slowest 5% x2.5 in every with-block: no revert (the metric's
+    # tail decides that), and no keep (x2 on the slowest 5% not ruled out); the verdict says which.
+    def broad_worse(w: Window) -> Window:
+        if w.with_step:
+            cut = np.quantile(w.values, 0.95)
+            middle = (w.values >= cut) & (w.values < np.quantile(w.values, 0.995))
+            w.values[middle] = (w.values[middle] * 2.5).astype(w.values.dtype)
+        return w
+    settings = dataclasses.replace(SETTINGS, max_blocks=12)
+    verdict, _ = decide(lambda b: blocks_of(1.0, b, seed=4, before=broad_worse), settings)
+    assert verdict.outcome == INCONCLUSIVE, verdict.reason
+    assert "the slowest 5% is x" in verdict.reason and "cannot be ruled out" in verdict.reason, verdict.reason

@@ -495,11 +495,24 @@ def undecided(e: Evidence) -> Look | None:
     if not e.final:
         return _undecided(e)
     s = e.settings
-    fit = e.keep_tail or e.tail
-    upper = fit.bound(s.harm_confidence)
+    fit, broad = e.keep_tail or e.tail, e.keep_broad or e.broad
+    level = s.keep_level(e.blocks, e.prior_df)
+    confidence = 1 - level if level > 0 else s.harm_confidence  # the keep's own level at this look
+    upper = fit.bound(confidence)
+    broad_upper = broad.bound(confidence) if broad is not None else math.inf
+    signs = [(name, f.effect, f.p_beyond(e.tolerance), bound)
+             for name, f, bound in ((e.tail_name, e.tail, upper), ("the slowest 5%", e.broad, broad_upper))
+             if f is not None and f.p_beyond(e.tolerance) <= s.sign_p]
     if abs(fit.drift) > upper - fit.effect:
         why = (f"the target's latency drifted ({_percent(fit.drift)} over the measurement), and "
                f"{_times(upper)} cannot be ruled out")
+    elif upper < math.log(s.harm) and broad_upper >= math.log(s.broad_harm):
+        why = (f"{e.tail_name} at most {_times(upper)}, but the slowest 5% is {_times(broad.effect)}: up to "
+               f"{_times(broad_upper)} cannot be ruled out, over the x{s.broad_harm:g} a keep needs")
+    elif upper < math.log(s.harm) and signs:
+        name, effect, p_value, bound = signs[0]
+        why = (f"{name} is {_times(effect)} (up to {_times(bound)}), worse beyond the {s.tolerance:.0%} tolerance at "
+               f"p={p_value:.3f}: a sign of harm that cannot be ruled out, short of what a revert needs")
     else:
         why = f"up to {_times(upper)} cannot be ruled out, nor a regression shown (p={e.tail.p_value:.3f})"
     if e.noisy_blocks:
@@ -507,7 +520,7 @@ def undecided(e: Evidence) -> Look | None:
                 "or at a quieter moment")
     else:
         why += "; measure longer (--max-blocks) or at a quieter moment"
-    return _decided(e, INCONCLUSIVE, "inconclusive", fit, upper, s.harm_confidence, why)
+    return _decided(e, INCONCLUSIVE, "inconclusive", fit, upper, confidence, why)
 
 
 RULES: list[Callable[[Evidence], Look | None]] = [
