@@ -240,7 +240,6 @@ def switchback_step(source, settings: SwitchbackSettings, baseline: list[Window]
         first = source.window(False)
         per_block = verify.windows_per_block(len(first.values) / source.window_seconds)
         windows = [first] + [source.window(False) for _ in range(per_block - 1)]
-    settings = dataclasses.replace(settings, max_blocks=verify.blocks_for(per_block))
     with_step, last_block, decision = False, [], None
     for block, arm in enumerate(arm_order(source.rng, settings.max_blocks), 1):
         if arm != with_step:

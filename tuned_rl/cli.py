@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     apply.add_argument("--no-verify", action="store_true", help="apply without latency verification")
     apply.add_argument("--max-blocks", type=int, metavar="N",
-                       help="switchback blocks at most per step, counted in windows, in place of the profile's [verify] "
-                            "max_blocks (more: an undecided step measures longer before it is inconclusive)")
+                       help="switchback blocks at most per step, in place of the profile's [verify] max_blocks "
+                            "(more: an undecided step measures longer before it is inconclusive)")
     apply.add_argument("--format", choices=("table", "diff"), default="table",
                        help="diff: the plan as a unified-diff-style listing of live values (with --dry-run)")
     apply.add_argument("--metrics-file", help="also write Prometheus metrics here (node_exporter textfile "

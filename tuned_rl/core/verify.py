@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -114,13 +114,11 @@ class Verifier:
         reused = self.baseline is not None
         self._recorder.forget_all_but(self.baseline.spans if reused else [])
         baseline = self.baseline or self._measure_baseline(label)
-        blocks = s.blocks_for(self._per_block)
-        sequential = replace(sequential, max_blocks=blocks)
         plan = [(span, False, 0) for span in baseline.spans]  # each window: its span, its arm, its block
         settling: list[Span] = []
         with_step, decision, last = False, None, baseline
-        for block, arm in enumerate(arm_order(self._order, blocks), 1):
-            phase = f"block {block}/{blocks} {'with' if arm else 'without'} the step"
+        for block, arm in enumerate(arm_order(self._order, s.max_blocks), 1):
+            phase = f"block {block}/{s.max_blocks} {'with' if arm else 'without'} the step"
             if arm != with_step:  # pairs meeting with one arm (B A | A B) need no change, and no settling
                 (apply if arm else revert)()
                 with_step = arm

@@ -27,8 +27,7 @@ VERIFY_TABLE = Table(
                                   "sized by the target's event rate, enough for the metric's tail to rest on 4 waits "
                                   "(one window of 0.5 s at 8,000 events a second), at most 2.",
                              minimum=0, maximum=100),
-        "max_blocks": Key(int, "switchback: blocks at most before the verdict is inconclusive, counted in windows "
-                               "(a block of two windows counts two).", minimum=2,
+        "max_blocks": Key(int, "switchback: blocks at most before the verdict is inconclusive.", minimum=2,
                           maximum=100),
         "harm": Key(float, "switchback: a kept step's metric (its slowest 0.1% for p999) worse than this ratio is "
                            "ruled out at harm_confidence.", minimum=1.01, maximum=1000),
@@ -87,13 +86,6 @@ class VerifySettings:
         return SwitchbackSettings(metric=self.metric, tolerance=self.tolerance, confidence=self.confidence,
                                   max_blocks=self.max_blocks, min_samples=self.min_samples, harm=self.harm,
                                   broad_harm=self.broad_harm, harm_confidence=self.harm_confidence)
-
-    def blocks_for(self, per_block: int) -> int:
-        """The switchback blocks one step may measure: ``max_blocks`` counts windows, so blocks of
-        two windows (a slow target's) get half as many, and the measuring budget stays the same
-        (60 windows of 0.5 s at the defaults: a drifting workload of 6,400 events a second measured
-        61 s to its last block where the canary's last block comes at 30 s)."""
-        return max(2, self.max_blocks // max(per_block, 1))
 
     def windows_per_block(self, events_per_second: float) -> int:
         """``block_windows``, or (0) enough windows for a block's metric tail to rest on TAIL_AT_LEAST
