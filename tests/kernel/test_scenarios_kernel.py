@@ -150,7 +150,9 @@ def test_a_harmless_step_on_a_drifting_live_workload_is_not_reverted(variant, tm
         results.append(drifting_target.run(tmp_path / "2", variant))
     for result in results:
         print(result.row(), result.report["steps"][-1]["reason"])
-        assert result.host_restored and result.seconds < 60
+        # The workload's ~6,400 events a second make 1 s blocks: up to 60 of them (61 s of measuring
+        # to the last block, 76 s an apply, in one fresh-clone run), twice the canary's budget.
+        assert result.host_restored and result.seconds < 100
     step = results[-1].report["steps"][-1]
     assert results[-1].decision in ("kept", "inconclusive"), step["reason"]
     # The profile names the workload and has no canary: these events are the workload's own.
