@@ -500,9 +500,10 @@ def undecided(e: Evidence) -> Look | None:
     confidence = 1 - level if level > 0 else s.harm_confidence  # the keep's own level at this look
     upper = fit.bound(confidence)
     broad_upper = broad.bound(confidence) if broad is not None else math.inf
-    signs = [(name, f.effect, f.p_beyond(e.tolerance), bound)
-             for name, f, bound in ((e.tail_name, e.tail, upper), ("the slowest 5%", e.broad, broad_upper))
-             if f is not None and f.p_beyond(e.tolerance) <= s.sign_p]
+    beyond = [(name, f.effect, f.p_beyond(e.tolerance), bound)
+              for name, f, bound in ((e.tail_name, e.tail, upper), ("the slowest 5%", e.broad, broad_upper))
+              if f is not None]
+    signs = [sign for sign in beyond if sign[2] <= s.sign_p]  # what harmless() refuses a keep on
     if abs(fit.drift) > upper - fit.effect:
         why = (f"the target's latency drifted ({_percent(fit.drift)} over the measurement), and "
                f"{_times(upper)} cannot be ruled out")
