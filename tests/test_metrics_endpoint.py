@@ -125,3 +125,59 @@ def test_watchs_own_resident_memory_is_read_through_psutil():
     with open("/proc/self/statm") as handle:
         pages = int(handle.read().split()[1])
     assert resident == pytest.approx(pages * os.sysconf("SC_PAGE_SIZE"), rel=0.2)
+
+
+SERVER = """
+import os, resource, sys, time
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from tuned_rl.watch.metrics_endpoint import Address, WatchFigures, serve
+server = serve(Address("127.0.0.1", 0), lambda: WatchFigures("", "node", None, 0.0, {}, 0, 0, 0, 0.0),
+               deadline_s=1.0)
+print(server.server_address[1], flush=True)
+while True:  # what watch does between scrapes: read the host
+    try:
+        with open("/proc/self/stat") as handle:
+            handle.read()
+    except OSError as err:
+        print(f"cannot read the host: {err}", file=sys.stderr, flush=True)
+        sys.exit(3)
+    time.sleep(0.05)
+"""
+
+
+def test_idle_connections_from_other_users_neither_stop_watch_nor_the_next_scrape(tmp_path):
+    """Any local user can connect to the loopback port: 400 idle connections against a server whose
+    process may hold 64 descriptors. It holds at most MAX_CONNECTIONS of them, ends those past the
+    deadline, goes on reading the host, and serves the scrape that follows the burst."""
+    import resource
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from tuned_rl.watch.metrics_endpoint import MAX_CONNECTIONS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 600:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1024), hard))
+    server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    idle = []
+    try:
+        port = int(server.stdout.readline())
+        base_fds = len(os.listdir(f"/proc/{server.pid}/fd"))
+        most = 0
+        for _ in range(400):
+            connection = socket.create_connection(("127.0.0.1", port), timeout=5)
+            idle.append(connection)
+            if len(idle) % 50 == 0:
+                most = max(most, len(os.listdir(f"/proc/{server.pid}/fd")) - base_fds)
+        time.sleep(2.0)  # past the deadline: the server ended the ones it accepted
+        assert server.poll() is None, server.stderr.read()
+        assert most <= 2 * MAX_CONNECTIONS + 2, f"the server held {most} descriptors for idle connections"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            assert response.status == 200 and b"tuned_rl_watch_cpu_seconds_total" in response.read()
+        assert server.poll() is None
+    finally:
+        for connection in idle:
+            connection.close()
+        server.kill()
+        server.wait()

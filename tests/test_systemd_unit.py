@@ -79,3 +79,9 @@ def test_the_units_watch_takes_its_options_from_the_settings_file_and_serves_not
     args = build_parser().parse_args(start.split()[1:-1] + options.split())
     assert (args.metrics_address, args.alarm_ms) == ("127.0.0.1:9464", 5.0)
     assert build_parser().parse_args(["watch"]).metrics_address is None
+
+
+def test_the_unit_gives_watch_room_for_descriptors():
+    """The /metrics cap bounds what other users can make watch hold; the limit leaves the rest room."""
+    limits = [line for line in UNIT.read_text().splitlines() if line.startswith("LimitNOFILE=")]
+    assert limits and int(limits[0].split("=")[1]) >= 4096

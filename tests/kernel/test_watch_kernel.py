@@ -221,3 +221,74 @@ def test_events_the_kernel_drops_are_counted_and_the_rescan_finds_the_job_they_h
         if job is not None:
             os.kill(job, signal.SIGKILL)
         rollback(tmp_path)
+
+
+FLOOD = """
+import socket, sys, time
+held = []
+for _ in range(int(sys.argv[2])):
+    try:
+        held.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5))
+    except OSError:  # closed by the server before it was established, or refused: try the next
+        pass
+print(len(held), flush=True)
+time.sleep(120)
+"""
+
+
+def test_5000_idle_metrics_connections_from_another_user_neither_stop_watch_nor_its_evictions(tmp_path):
+    """Another user holds 5,000 idle connections to watch's /metrics, watch's descriptors limited to
+    systemd's default 1,024: watch stays up, evicts a job started meanwhile within 2 s, holds no more
+    descriptors than before the flood (plus the cap), and serves the next scrape."""
+    import resource
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+    from lab import apply_profile, rollback, start_watch, wait_for
+    from tuned_rl.watch.metrics_endpoint import MAX_CONNECTIONS
+    marker = "tuned-rl-lab-flood-job"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    apply_profile(f'[offline_eviction]\npolicy = "SCHED_IDLE"\n\n[[offline_eviction.match]]\ncmdline = "{marker}"\n',
+                  tmp_path)
+    events: list[dict] = []
+    watch = flood = job = None
+
+    def as_nobody():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (6000, 6000))
+        os.setgid(65534)
+        os.setuid(65534)
+    try:
+        watch = start_watch(tmp_path, events, args=("--metrics-address", f"127.0.0.1:{port}"))
+        resource.prlimit(watch.pid, resource.RLIMIT_NOFILE, (1024, 1024))
+        fds_before = len(os.listdir(f"/proc/{watch.pid}/fd"))
+        flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(port), "5000"], stdout=subprocess.PIPE, text=True,
+                                 preexec_fn=as_nobody)
+        held = int(flood.stdout.readline())
+        assert held > 1000, f"the flood held only {held} connections"  # the kernel had them, whatever watch did
+        fds_during = len(os.listdir(f"/proc/{watch.pid}/fd"))
+        spawn = subprocess.run(["sh", "-c", f'{sys.executable} -c "import time; time.sleep(60)" {marker} '
+                                '>/dev/null 2>&1 & echo $!'], capture_output=True, text=True, check=True)
+        job = int(spawn.stdout)
+        started = time.monotonic()
+        wait_for(lambda: os.sched_getscheduler(job) == os.SCHED_IDLE, 2, "watch to evict the job during the flood",
+                 lambda: f"watch {'exited ' + str(watch.poll()) if watch.poll() is not None else 'runs'}; {events[-3:]}")
+        print(f"held {held}; evicted in {time.monotonic() - started:.2f} s; watch fds {fds_before} -> {fds_during}")
+        assert fds_during <= fds_before + 2 * MAX_CONNECTIONS + 2, (fds_before, fds_during)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            assert response.status == 200 and b"tuned_rl_watch_processes_evicted_total" in response.read()
+        assert watch.poll() is None
+    finally:
+        for process in (flood, watch):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        if job is not None:
+            os.kill(job, signal.SIGKILL)
+        rollback(tmp_path)

@@ -24,6 +24,7 @@ when scraped, nothing is kept twice):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import socket
@@ -34,6 +35,13 @@ from typing import Callable
 from tuned_rl.core.outcomes import Outcome
 
 DEFAULT_ADDRESS = "127.0.0.1:9464"
+# Any local user can connect to a loopback port: without a cap, each idle connection held a thread
+# and a descriptor until watch ran out of them (~1,000 under systemd's default soft limit of 1,024)
+# and exited. A scrape is one short request, answered in milliseconds: at the cap, a new connection
+# ends the oldest (a burst of idle connections cannot keep the next scrape out), and one open past
+# the deadline is shut down.
+MAX_CONNECTIONS = 8
+REQUEST_DEADLINE_S = 5.0
 OUTCOMES = (Outcome.KEPT, Outcome.REVERTED, Outcome.INCONCLUSIVE)
 # Bucket bounds: every fourth of the kernel's fine buckets (16 per doubling), from 2^10 ns to 2^33 ns.
 FIRST_DOUBLING, LAST_DOUBLING = 10, 33
@@ -203,8 +211,13 @@ def _family(cls, name, text, target, value):
     return family
 
 
-def serve(address: Address, figures: Callable[[], WatchFigures]):
-    """Serve /metrics on ``address`` from a daemon thread; returns the server (``shutdown()`` ends it)."""
+def serve(address: Address, figures: Callable[[], WatchFigures], max_connections: int = MAX_CONNECTIONS,
+          deadline_s: float = REQUEST_DEADLINE_S):
+    """Serve /metrics on ``address`` from a daemon thread; returns the server (``shutdown()`` ends it).
+
+    At most ``max_connections`` are served at once (a new one ends the oldest), each for at most
+    ``deadline_s``: whatever other users do with the port, watch holds at most twice that many
+    descriptors and threads for it, and the scrape after a burst is served."""
     import threading
     from socketserver import ThreadingMixIn
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -224,8 +237,53 @@ def serve(address: Address, figures: Callable[[], WatchFigures]):
     class Server(ThreadingMixIn, WSGIServer):
         daemon_threads = True
         address_family = address.family
+        request_queue_size = 64  # a burst of connects is accepted (and closed) without the callers' SYN retries
+        refused = 0
+
+        def server_activate(self):
+            self._open: dict = {}  # each connection being served -> when it was accepted (monotonic)
+            self._ending: set = set()  # those shut down, their threads closing them
+            self._open_lock = threading.Lock()
+            super().server_activate()
+
+        def verify_request(self, request, client_address) -> bool:
+            """Admit each connection; at ``max_connections`` end the oldest served (a scraper sends its
+            request at once and is answered in milliseconds: the oldest is idle or slow). Refused only
+            while as many again are still closing."""
+            now = time.monotonic()
+            with self._open_lock:
+                serving = {r: t for r, t in self._open.items() if r not in self._ending}
+                if len(serving) >= max_connections:
+                    if len(self._open) >= 2 * max_connections:
+                        self.refused += 1
+                        return False  # socketserver closes it at once
+                    self._end(min(serving, key=serving.get))
+                self._open[request] = now
+                return True
+
+        def shutdown_request(self, request):
+            with self._open_lock:
+                self._open.pop(request, None)
+                self._ending.discard(request)
+            super().shutdown_request(request)
+
+        def service_actions(self):
+            """Called by serve_forever at least every half second: end the connections past the deadline."""
+            now = time.monotonic()
+            with self._open_lock:
+                for request, accepted in list(self._open.items()):
+                    if now - accepted > deadline_s and request not in self._ending:
+                        self._end(request)
+
+        def _end(self, request) -> None:
+            """Shut a connection down: the thread blocked reading it wakes, and closes it."""
+            self._ending.add(request)
+            with contextlib.suppress(OSError):
+                request.shutdown(socket.SHUT_RDWR)
 
     class Quiet(WSGIRequestHandler):
+        timeout = deadline_s  # each read of the request waits at most this long
+
         def log_message(self, *args):  # a scrape every 15 s is not news
             pass
 
