@@ -523,3 +523,66 @@ def test_a_child_forked_while_its_job_was_held_is_given_the_jobs_original_policy
     assert status == 0 and "forked by pid 700 while tuned-rl held it at SCHED_IDLE:0" in out, out
     assert tree.host.process(700).policy == "SCHED_OTHER" and tree.host.process(703).policy == "SCHED_OTHER"
     assert tree.host.process(704).policy == "SCHED_IDLE"
+
+
+class BrokenPlanner:
+    """A third-party plugin whose plan_process raises on every process."""
+
+    from tuned_rl import hookimpl
+
+    @hookimpl
+    def tuned_rl_plan_process(self, profile, host, process):
+        raise RuntimeError("this plugin's bug")
+
+
+def test_a_plugin_that_raises_on_a_process_is_named_once_and_the_others_still_act(node, cli, profile_file,
+                                                                                  state_dir):
+    """Before: the exception ended watch. Now each process is planned by the other plugins (the job
+    is evicted), the broken one is named in one `failed` event per process, and watch goes on."""
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+    agent = Agent(load_plugins(extra=[("broken", BrokenPlanner())]), CgroupTreeHost(node.root), Journal(state_dir))
+    emitted = []
+    source = FakeSource([[], lambda: job_starts(node), [ProcEvent("comm", 700, 700, 0)] * 3, []])
+    watcher = Watcher(agent, emitted.append, rescan_seconds=3600, warm_up_seconds=0)
+    assert run(watcher, source, lambda: not source.batches) == 0
+    assert [e["pid"] for e in emitted if e["event"] == "evicted"] == [700]
+    failed = [e for e in emitted if e["event"] == "failed" and e["pid"] == 700]
+    assert len(failed) == 1 and failed[0]["plugin"] == "broken" and "this plugin's bug" in failed[0]["reason"]
+    assert watcher.stats.plugin_failures["broken"] >= 2
+    assert emitted[-1]["event"] == "stopped" and "asked to stop" in emitted[-1]["reason"]
+
+
+def test_a_process_whose_proc_files_vanish_while_it_is_planned_is_gone_not_a_crash(node, cli, profile_file,
+                                                                                   state_dir, monkeypatch):
+    """A workload process that exits between two reads of /proc: the read raises FileNotFoundError;
+    watch takes it as gone (no event) and goes on to the job that started with it."""
+    import shutil
+    from tuned_rl.host import host as host_module
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+    real = host_module.read_process
+
+    def exits_mid_read(host, pid, *args, **kwargs):
+        if pid == 800:
+            shutil.rmtree(node.root / "proc" / "800")  # it exited
+            raise FileNotFoundError(2, "No such file or directory", f"/proc/{pid}/status")
+        return real(host, pid, *args, **kwargs)
+    monkeypatch.setattr(host_module, "read_process", exits_mid_read)
+
+    def both_start():
+        node.add_process(800, "model", cmdline="python serve.py", cgroups=V1, start_time=8000)
+        return [ProcEvent("exec", 800, 800, 0), *job_starts(node)]
+    emitted = []
+    assert watch(node, state_dir, [[], both_start, []], emitted) == 0
+    assert [e["pid"] for e in emitted if e["event"] == "evicted"] == [700]
+    assert emitted[-1]["event"] == "stopped" and "asked to stop" in emitted[-1]["reason"]
+
+
+@pytest.mark.parametrize("option", ["--alarm-ms", "--rescan-seconds", "--regressed-window-seconds",
+                                    "--regressed-factor", "--warm-up-seconds"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_float_option_that_is_not_a_finite_number_exits_2(cli, capsys, option, value):
+    """`--alarm-ms nan` was accepted (nan <= 0 is false) and crashed watch at its first wait."""
+    with pytest.raises(SystemExit) as exited:
+        cli("watch", option, value)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and option in err and value in err, err

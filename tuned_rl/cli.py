@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -36,8 +37,8 @@ EXIT_BROKEN_PIPE = 128 + 13  # as a process killed by SIGPIPE, which a shell pip
 
 def _non_negative_float(text: str) -> float:
     value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is below 0")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of 0 or more, not {text}")
     return value
 
 
@@ -500,8 +501,8 @@ def _target(text: str) -> Target:
 def _positive(kind):
     def parse(text: str):
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        if not math.isfinite(value) or value <= 0:  # float("nan") <= 0 is False: nan got through, and crashed watch
+            raise argparse.ArgumentTypeError(f"must be a number above 0, not {text}")
         return value
     parse.__name__ = kind.__name__
     return parse

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from typing import Callable
 
 import pluggy
 
@@ -12,7 +13,7 @@ from tuned_rl.core.changes import Step
 from tuned_rl.core.kinds import register_kind
 from tuned_rl.core.phases import phase_rank
 from tuned_rl.core.plugin_api import declared_api, table_warnings
-from tuned_rl.host import Host
+from tuned_rl.host import Host, TaskGone
 from tuned_rl.profiles.loader import PROFILE_TABLE, Profile
 from tuned_rl.profiles.schema import Problem, Table
 from tuned_rl.measure.targets import TARGET_TABLE, target_problems
@@ -85,10 +86,25 @@ class PluginHost:
         return sorted(steps, key=lambda step: (phase_rank(self.phase_of(step.table)),
                                                order.get(step.table, len(order))))
 
-    def plan_process(self, profile: Profile, host: Host, process) -> list[Step]:
-        """Every plugin's steps for one process that started after the apply, in phase order."""
-        found = self.manager.hook.tuned_rl_plan_process(profile=profile, host=host, process=process)
-        steps = [s for result in found for s in result or []]
+    def plan_process(self, profile: Profile, host: Host, process,
+                     failed: Callable[[str, Exception], None] | None = None) -> list[Step]:
+        """Every plugin's steps for one process that started after the apply, in phase order.
+
+        With ``failed``, a plugin whose hook raises (anything but TaskGone: the process exited,
+        which is no plugin's fault) is reported as ``failed(plugin name, error)`` and its steps left
+        out; the others' are planned. Without it, the error is raised."""
+        arguments, steps = {"profile": profile, "host": host, "process": process}, []
+        for implementation in reversed(self.manager.hook.tuned_rl_plan_process.get_hookimpls()):  # pluggy's order
+            try:
+                found = implementation.function(*(arguments[name] for name in implementation.argnames))
+            except TaskGone:
+                raise
+            except Exception as err:  # noqa: BLE001 - a third-party plugin may raise anything
+                if failed is None:
+                    raise
+                failed(implementation.plugin_name, err)
+                continue
+            steps += found or []
         return sorted(steps, key=lambda step: phase_rank(self.phase_of(step.table)))
 
     def _unknown_table(self, name: str) -> str:

@@ -34,6 +34,7 @@ FOLLOW_UP_SECONDS = (1.0, 5.0)
 # processes a rescan reads 32,000 /proc files, and watch's idle cost must stay small.
 RESCAN_CPU_BUDGET = 0.002
 OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
+FAILURES_REMEMBERED = 4096  # (pid, plugin, error kind) already said: a bounded set
 TELEMETRY_PASS_S = 0.5  # with the target measured, a pass at least this often: an alarm within a second
 
 
@@ -49,6 +50,8 @@ class WatchStats:
     acted: int = 0
     placed: int = 0   # processes placed (each process a step named), and evicted
     evicted: int = 0
+    failed: int = 0  # errors on one process (each said once in a `failed` event)
+    plugin_failures: dict = dataclasses.field(default_factory=dict)  # plugin -> times its plan_process raised
 
 
 class Watcher:
@@ -80,6 +83,7 @@ class Watcher:
         self.follow_ups: dict[int, list[float]] = {}  # workload pid -> when (time.monotonic) to plan it again
         self.followed: dict[int, int] = {}  # workload pid -> its start time, once its follow-ups were set
         self.unchanged: dict[int, bytes] = {}  # pid -> its signature when it was last found to need nothing
+        self.failures_said: set[tuple] = set()  # (pid, plugin, error kind) said in a `failed` event
         self.next_rescan_in = rescan_seconds
 
     # -- the profile ------------------------------------------------------------
@@ -185,7 +189,7 @@ class Watcher:
         work = []
         for pid, since in sorted(self.pending.items(), key=lambda item: item[1]):
             del self.pending[pid]
-            if self._needs_acting(pid):
+            if self._guarded(pid, self._needs_acting, pid):
                 work.append((pid, since))
         if not work:
             return
@@ -194,7 +198,7 @@ class Watcher:
                 if not self.load_applied():
                     raise NothingApplied("nothing is applied any more (rolled back)")
                 for pid, since in work:
-                    self._act_on(pid, since)
+                    self._guarded(pid, self._act_on, pid, since)
         except LockHeld:  # an apply or rollback is running: try again on the next pass
             for pid, since in work:
                 self.pending.setdefault(pid, since)
@@ -224,11 +228,56 @@ class Watcher:
                 self.follow_ups[pid] = [time.monotonic() + s for s in FOLLOW_UP_SECONDS]
             if self.applied.deferred or self.applied.awaiting:
                 return True
-            return any(self._in_force(s) for s in self.agent.plugins.plan_process(self.profile, host, process))
-        if any(self._in_force(s) for s in self.agent.plugins.plan_process(self.profile, host, process)):
+            return any(self._in_force(s) for s in self._plan(process))
+        if any(self._in_force(s) for s in self._plan(process)):
             return True
         self.unchanged[pid] = signature
         return False
+
+    def _plan(self, process) -> list:
+        """The plugins' steps for ``process``; a plugin that raises is said (once) and left out."""
+        return self.agent.plugins.plan_process(self.profile, self.agent.host, process,
+                                               failed=lambda plugin, err: self._failed(process.pid, err, plugin))
+
+    def _guarded(self, pid: int, call: Callable, *args):
+        """``call(*args)`` for one process: whatever goes wrong with it is that process's, never
+        watch's. A process that exited meanwhile (a /proc file gone) is simply gone; any other error
+        is said in a ``failed`` event, and the loop goes on with the next process."""
+        try:
+            return call(*args)
+        except NothingApplied:
+            raise
+        except TaskGone:
+            return False
+        except (FileNotFoundError, ProcessLookupError) as err:
+            if self._alive(pid):
+                self._failed(pid, err)
+            return False
+        except Exception as err:  # noqa: BLE001 - one process must not end the daemon that serves them all
+            self._failed(pid, err)
+            return False
+
+    def _alive(self, pid: int) -> bool:
+        try:
+            self.agent.host.process_signature(pid)
+        except (TaskGone, OSError):
+            return False
+        return True
+
+    def _failed(self, pid: int, err: Exception, plugin: str | None = None) -> None:
+        """Say a failure on one process: once per process, plugin and kind of error (a process that
+        renames itself in a loop must not turn one fault into a flood of events)."""
+        self.stats.failed += 1
+        if plugin is not None:
+            self.stats.plugin_failures[plugin] = self.stats.plugin_failures.get(plugin, 0) + 1
+        key = (pid, plugin, type(err).__name__)
+        if key in self.failures_said:
+            return
+        if len(self.failures_said) >= FAILURES_REMEMBERED:
+            self.failures_said.clear()
+        self.failures_said.add(key)
+        self.emit({"event": "failed", "pid": pid, "plugin": plugin,
+                   "reason": printable(f"{'plugin ' + plugin + ': ' if plugin else ''}{type(err).__name__}: {err}")})
 
     def _in_force(self, step) -> bool:
         """Whether watch applies ``step``: it changes something, and its table's apply step is in
@@ -251,6 +300,8 @@ class Watcher:
         self.unchanged = {pid: s for pid, s in self.unchanged.items() if pid in alive}
         self.followed = {pid: start for pid, start in self.followed.items() if pid in alive}
         self.policy_parents &= alive
+        self.backed_off &= alive  # per-pid state lives as long as its process: a pid is reused
+        self.failures_said = {key for key in self.failures_said if key[0] in alive}
         skipped = 0
         for pid in pids:
             if pid == os.getpid() or pid in self.pending:
@@ -385,7 +436,7 @@ class Watcher:
                 process = host.process(pid)  # placed by the step just verified: plan from where it is now
             except TaskGone:
                 return
-        for step in self.agent.plugins.plan_process(self.profile, host, process):
+        for step in self._plan(process):
             if not self._in_force(step):
                 continue
             owned = self._journaled(step)
