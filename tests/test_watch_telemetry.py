@@ -399,3 +399,35 @@ def test_while_watch_verifies_a_step_long_waits_are_still_said_and_attribution_s
     continuous.long = [LongWait(101, 1, 15 * MS, 1_900 * MS)]
     made.tick()
     assert attributing.attached  # after the verdict, a long wait attaches it again
+
+
+HOSTILE = "x\n\x1b[1mstopped\r\u202e"
+EVENT_KINDS = ["alarm", "backed-off", "deferred", "evicted", "failed", "inherited", "lost", "measuring", "placed",
+               "recovered", "regressed", "rescanned", "serving", "stopped", "verified", "verifying", "watching"]
+
+
+@pytest.mark.parametrize("kind", EVENT_KINDS)
+def test_no_event_line_lets_a_hostile_name_make_a_second_line_or_an_escape(kind):
+    """A job named "x\\n\\x1b[1mstopped" printed a forged second line in watch's text output (what
+    journald gets). Every text field of every kind, nested ones too, is escaped."""
+    from tuned_rl.watch.telemetry import event_line
+    holder = {"kind": "task", "pid": 7, "comm": HOSTILE, "policy": HOSTILE, "cgroup": HOSTILE, "held_us": 1500.0,
+              "holder": HOSTILE, "name": HOSTILE, "share_of_worst_1pct": 0.5}
+    event = {"time": 1_700_000_000.0, "event": kind, "pid": 7, "comm": HOSTILE, "step": HOSTILE, "reason": HOSTILE,
+             "plugin": HOSTILE, "target": HOSTILE, "path": HOSTILE, "profile": HOSTILE, "changed": [HOSTILE],
+             "wait_us": 2000.0, "cpu": 1, "tid": 7, "holders": [holder], "p999_us": 900.0, "window_s": 10.0,
+             "verified_p999_us": 100.0, "factor": 2.0, "notes": [HOSTILE], HOSTILE: HOSTILE}
+    line = event_line(event)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\u202e" not in line, line
+    assert "x\\n\\x1b[1mstopped" in line
+
+
+def test_holder_gates_forget_holders_at_rest_so_months_of_pids_do_not_grow_them():
+    """One gate per holder (a pid) that ever stalled the workload, never pruned before: over months,
+    one per short-lived job. A gate refilled and owing nothing is forgotten; one still limiting is kept."""
+    gates = HolderGates(burst=3, interval_s=10.0, total_burst=10**6, total_interval_s=1e-6)
+    assert all(gates.allow(0.0, "pid 1") for _ in range(3)) and not gates.allow(0.0, "pid 1")  # pid 1 held back
+    for n in range(10_000):  # a new holder every 0.1 s for 1,000 s
+        gates.allow(1.0 + n * 0.1, f"pid {1000 + n}")
+    assert len(gates.gates) <= 512
+    assert "pid 1" in gates.gates and gates.take_suppressed("pid 1") == 1  # kept: it owes its next alarm a count

@@ -81,6 +81,9 @@ def stalls(ready: list[tuple[LongWait, AttributedWait | None]]) -> list[list[tup
     return [sorted(g, key=lambda p: (p[1] is None, -p[0].wait_ns)) for g in groups]
 
 
+GATES_BEFORE_PRUNING = 256
+
+
 class AlarmGate:
     """At most ``burst`` alarms at once, then one per ``interval_s``; the rest are counted as suppressed."""
 
@@ -109,6 +112,11 @@ class AlarmGate:
         taken, self.suppressed = self.suppressed, 0
         return taken
 
+    def at_rest(self, now: float) -> bool:
+        """Refilled and owing no suppressed count: a new gate would do exactly what this one does."""
+        refilled = self._last is None or self._tokens + (now - self._last) / self.interval_s >= self.burst
+        return refilled and not self.suppressed
+
 
 class HolderGates:
     """Alarms rate-limited per holder (the pid, IRQ or softirq that held the CPU longest; "unknown"
@@ -125,6 +133,8 @@ class HolderGates:
         self.passed_total = 0
 
     def allow(self, now: float, holder: str) -> bool:
+        if len(self.gates) >= GATES_BEFORE_PRUNING:  # one per pid that ever held a CPU: forgotten once at rest
+            self.gates = {name: gate for name, gate in self.gates.items() if not gate.at_rest(now)}
         gate = self.gates.setdefault(holder, AlarmGate(self.burst, self.interval_s))
         if not gate.allow(now):  # (the holder's gate counts it as suppressed)
             self.suppressed_total += 1

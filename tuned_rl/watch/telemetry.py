@@ -370,9 +370,23 @@ def telemetry_factory(host: Host, emit: Callable[[dict], None], alarm_ms: float,
 
 
 def event_line(event: dict) -> str:
-    """A watch event, timed, as one line for a person (``--json`` prints the event itself)."""
+    """A watch event, timed, as one line for a person (``--json`` prints the event itself). Every text
+    in it is escaped first: a process name, a command line or a cgroup is any user's, and the line
+    goes to journald (the unit runs watch without --json), where a newline would forge a second one."""
+    event = _escaped(event)
     details = describe_event(event) or " ".join(f"{k}={v}" for k, v in event.items() if k not in ("time", "event"))
     return f"{time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']}: {details}"
+
+
+def _escaped(value):
+    """``value`` with every string in it (keys too, at any depth) passed through ``printable``."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def describe_event(event: dict) -> str | None:
