@@ -49,7 +49,8 @@ def test_status_tells_what_is_applied_and_what_drifted(tree, cli, profile_file):
     assert json.loads(cli("status", "--json")[1]) == {"profile": None, "path": None, "digest": None, "applied_at": None,
                                                       "stale": False, "changes": [], "removed": [], "deferred": [],
                                                       "deferred_results": [], "awaiting": [], "verified": [],
-                                                      "verified_p999_us": None, "watched": []}
+                                                      "verified_p999_us": None, "watched": [],
+                                                      "watch_plugin_failures": {}}
     assert tree.get(RL) == "400000" and tree.get(RT) == "950000"
 
 

@@ -3,6 +3,7 @@ written and rolled back; events parsed from the process connector's bytes."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -550,6 +551,10 @@ def test_a_plugin_that_raises_on_a_process_is_named_once_and_the_others_still_ac
     assert len(failed) == 1 and failed[0]["plugin"] == "broken" and "this plugin's bug" in failed[0]["reason"]
     assert watcher.stats.plugin_failures["broken"] >= 2
     assert emitted[-1]["event"] == "stopped" and "asked to stop" in emitted[-1]["reason"]
+    status, out, _ = cli("status")
+    assert status == 0 and "plugin broken failed on" in out and "this plugin's bug" in out, out
+    noted = json.loads(cli("status", "--json")[1])["watch_plugin_failures"]
+    assert noted["broken"]["count"] >= 1 and "RuntimeError" in noted["broken"]["last_error"]
 
 
 def test_a_process_whose_proc_files_vanish_while_it_is_planned_is_gone_not_a_crash(node, cli, profile_file,

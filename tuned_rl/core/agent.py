@@ -332,6 +332,9 @@ class Agent:
             report.deferred, report.deferred_results = applied.deferred, applied.deferred_results
             report.awaiting, report.verified = applied.awaiting, applied.verified
             report.verified_p999_us = applied.verified_p999_us()  # what watch compares with
+        if applied is not None:
+            failures = self.journal.watch_note().get("plugin_failures")
+            report.watch_plugin_failures = failures if isinstance(failures, dict) else {}
         report.watched = [{"plugin": r.plugin, "step": r.step, "at": r.written_at, "changes": len(r.changes),
                            "pids": sorted({c.task.pid for c in r.changes if c.task is not None})}
                           for r in trusted if r.by == "watch"]

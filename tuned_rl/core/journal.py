@@ -42,6 +42,9 @@ FORMAT = 2
 STATES = ("journaled", "done")
 
 
+WATCH_NOTE = "watch.json"
+
+
 class JournalError(RuntimeError):
     """A journal file that cannot be read or trusted; names the file."""
 
@@ -235,6 +238,20 @@ class Journal:
             os.replace(path, target / path.name)
         _fsync_dir(self.directory)
         return target
+
+    def note_watch(self, note: dict) -> None:
+        """What a running watch wants ``status`` to show (the plugins that failed on processes, with
+        why): ``<state_dir>/watch.json``, replaced whole. No undo rests on it."""
+        if self._exists():
+            _write_durably(self.state_dir / WATCH_NOTE, json.dumps(note, sort_keys=True))
+
+    def watch_note(self) -> dict:
+        """The last note watch left ({} if none, or unreadable)."""
+        try:
+            note = json.loads(_read_nofollow(self.state_dir / WATCH_NOTE))
+        except (OSError, ValueError):
+            return {}
+        return note if isinstance(note, dict) else {}
 
     def _aside(self, folder: str) -> Path:
         ensure_private_dir(self.state_dir / folder, create=True)

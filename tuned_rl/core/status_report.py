@@ -34,12 +34,14 @@ class StatusReport(RendersJson):
     verified: list[dict] = field(default_factory=list)
     verified_p999_us: float | None = None  # what watch compares with
     watched: list[dict] = field(default_factory=list)  # records watch wrote since the apply
+    watch_plugin_failures: dict = field(default_factory=dict)  # plugin -> its failures on processes, as watch noted
 
     def to_dict(self) -> dict:
         return {"profile": self.profile, "path": self.path, "digest": self.digest, "applied_at": self.applied_at,
                 "stale": self.stale, "changes": [c.to_dict() for c in self.changes], "removed": self.removed,
                 "deferred": self.deferred, "deferred_results": self.deferred_results, "awaiting": self.awaiting,
-                "verified": self.verified, "verified_p999_us": self.verified_p999_us, "watched": self.watched}
+                "verified": self.verified, "verified_p999_us": self.verified_p999_us, "watched": self.watched,
+                "watch_plugin_failures": self.watch_plugin_failures}
 
     def to_text(self) -> str:
         lines = [f"removed {path}: a killed tuned-rl had left it recording" for path in self.removed]
@@ -67,6 +69,10 @@ class StatusReport(RendersJson):
             lines.append(f"[{result['table']}] {printable(result.get('step', ''))}: {result.get('after', 'deferred')}, "
                          f"then {result['outcome']} by watch at {_when(result['at'])} when pid {result['pid']} "
                          f"started{figures} ({result['reason']})")
+        for plugin, failure in sorted(self.watch_plugin_failures.items()):
+            lines.append(printable(f"plugin {plugin} failed on {failure.get('count')} process(es) under tuned-rl watch, "
+                                   f"last at {_when(failure.get('last_at'))}: {failure.get('last_error')} (its steps "
+                                   "were left out for those processes; the other plugins acted)"))
         if self.watched:
             lines.append(f"placed or evicted by tuned-rl watch since the apply ({len(self.watched)} records; their "
                          "changes are among the rows above):")

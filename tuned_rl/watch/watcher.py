@@ -34,6 +34,7 @@ FOLLOW_UP_SECONDS = (1.0, 5.0)
 # processes a rescan reads 32,000 /proc files, and watch's idle cost must stay small.
 RESCAN_CPU_BUDGET = 0.002
 OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
+PLUGIN_NOTE_INTERVAL_S = 60.0
 FAILURES_REMEMBERED = 4096  # (pid, plugin, error kind) already said: a bounded set
 TELEMETRY_PASS_S = 0.5  # with the target measured, a pass at least this often: an alarm within a second
 
@@ -84,6 +85,8 @@ class Watcher:
         self.followed: dict[int, int] = {}  # workload pid -> its start time, once its follow-ups were set
         self.unchanged: dict[int, bytes] = {}  # pid -> its signature when it was last found to need nothing
         self.failures_said: set[tuple] = set()  # (pid, plugin, error kind) said in a `failed` event
+        self.plugin_notes: dict[str, dict] = {}  # plugin -> its failures on processes, for `status`
+        self._noted_at = 0.0
         self.next_rescan_in = rescan_seconds
 
     # -- the profile ------------------------------------------------------------
@@ -105,6 +108,10 @@ class Watcher:
                 raise NothingApplied(f"{applied.path} no longer validates: {problems[0]}")
             self.applied, self.profile = applied, profile
             self.unchanged.clear()  # another profile: every process is judged afresh
+            if self.plugin_notes or self.agent.journal.watch_note():  # this watch's failures, of this profile
+                self.plugin_notes.clear()
+                with contextlib.suppress(OSError):
+                    self.agent.journal.note_watch({"pid": os.getpid(), "plugin_failures": {}})
             self._note_journaled(r.changes for r in self.agent.journal.records())
             self.emit({"event": "watching", "profile": profile.name, "path": applied.path})
             # Started by the loop, outside the lock this may be called under: loading the probes
@@ -268,16 +275,29 @@ class Watcher:
         """Say a failure on one process: once per process, plugin and kind of error (a process that
         renames itself in a loop must not turn one fault into a flood of events)."""
         self.stats.failed += 1
+        reason = printable(f"{'plugin ' + plugin + ': ' if plugin else ''}{type(err).__name__}: {err}")
         if plugin is not None:
             self.stats.plugin_failures[plugin] = self.stats.plugin_failures.get(plugin, 0) + 1
+            self._note_plugin_failure(plugin, reason)
         key = (pid, plugin, type(err).__name__)
         if key in self.failures_said:
             return
         if len(self.failures_said) >= FAILURES_REMEMBERED:
             self.failures_said.clear()
         self.failures_said.add(key)
-        self.emit({"event": "failed", "pid": pid, "plugin": plugin,
-                   "reason": printable(f"{'plugin ' + plugin + ': ' if plugin else ''}{type(err).__name__}: {err}")})
+        self.emit({"event": "failed", "pid": pid, "plugin": plugin, "reason": reason})
+
+    def _note_plugin_failure(self, plugin: str, reason: str) -> None:
+        """Leave ``status`` the plugins that fail on processes: written when a plugin first fails, then
+        at most once a minute while its count grows (a note per failure would be load any user makes)."""
+        now = time.time()
+        known = self.plugin_notes.get(plugin)
+        self.plugin_notes[plugin] = {"count": self.stats.plugin_failures[plugin], "last_error": reason[:500],
+                                     "first_at": known["first_at"] if known else round(now, 3), "last_at": round(now, 3)}
+        if known is None or now - self._noted_at >= PLUGIN_NOTE_INTERVAL_S:
+            self._noted_at = now
+            with contextlib.suppress(OSError):
+                self.agent.journal.note_watch({"pid": os.getpid(), "plugin_failures": self.plugin_notes})
 
     def _in_force(self, step) -> bool:
         """Whether watch applies ``step``: it changes something, and its table's apply step is in
