@@ -113,3 +113,28 @@ def test_the_cheap_name_lookup_reads_comm_and_command_line(tree):
     assert resolve_tids(tree.host, Target.parse("name:rl-actor")) == {4242}
     with pytest.raises(TaskGone):
         tree.host.process_names(4343)
+
+
+def test_a_unit_target_asks_systemctl_once_per_few_seconds_not_once_per_process(tree, monkeypatch):
+    """watch asks is_target_process of each process any user starts: a unit target forked `systemctl
+    show` 2-4 times each. Now one call serves UNIT_CACHE_S, and membership is the process's own cgroup."""
+    import subprocess as real_subprocess
+    from tuned_rl.host.processes import ProcessInfo
+    from tuned_rl.measure import targets
+    calls = []
+
+    def systemctl(argv, **kwargs):
+        calls.append(argv)
+        return real_subprocess.CompletedProcess(argv, 0, "/system.slice/llm.service\n", "")
+    monkeypatch.setattr(targets.subprocess, "run", systemctl)
+    monkeypatch.setattr(targets, "_CONTROL_GROUPS", {})
+    target = targets.Target("unit", "llm.service")
+
+    def process(pid, path):
+        return ProcessInfo(pid, pid, 1, 100, "python3", "python3 serve.py", 0, "SCHED_OTHER", 0, 0, "0-1",
+                           {"name=systemd": path, "cpu": "/"})
+    found = [targets.is_target_process(tree.host, target, process(1000 + n, path))
+             for n in range(300) for path in ("/system.slice/llm.service", "/system.slice/llm.service/worker",
+                                              "/system.slice/llm.service-evil", "/user.slice/user-1000.slice")]
+    assert found == [True, True, False, False] * 300
+    assert len(calls) == 1, calls[:3]

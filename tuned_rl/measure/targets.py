@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 
 from tuned_rl.host import SCHED_POLICIES, Host, TaskGone, printable
@@ -174,22 +175,51 @@ def is_target_process(host: Host, target: Target, process) -> bool:
         if not (pattern.search(process.comm) or pattern.search(process.cmdline)) or is_tuned_rl_command(process.cmdline):
             return False
         return _runs_as(process.uids, _allowed_uids(host, target))
+    if target.kind == "unit":  # the process's own cgroup against the unit's: no read of the unit's members
+        try:
+            control_group = unit_control_group(target.value)
+        except TargetError:
+            return False
+        path = process.cgroups.get("", process.cgroups.get("name=systemd"))
+        return path is not None and (path == control_group or path.startswith(control_group.rstrip("/") + "/"))
     try:
         return process.tgid in resolve_pids(host, target)
     except TargetError:
         return False
 
 
+# What `systemctl show` said of a unit's cgroup (or that it runs none), and until when (monotonic):
+# watch asks for each process any user starts, and a fork of systemctl each time was that user's
+# load on it (2-4 per process event).
+_CONTROL_GROUPS: dict[str, tuple[float, str | None, str]] = {}
+UNIT_CACHE_S = 5.0
+
+
+def unit_control_group(unit: str) -> str:
+    """The unit's cgroup path in systemd's hierarchy (``/system.slice/llm.service``), as `systemctl show`
+    said it at most UNIT_CACHE_S ago; TargetError if the unit runs none (said as long, too)."""
+    now = time.monotonic()
+    cached = _CONTROL_GROUPS.get(unit)
+    if cached is None or cached[0] <= now:
+        try:
+            result = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", "--", unit],
+                                    capture_output=True, text=True, timeout=10, cwd="/")
+        except FileNotFoundError as err:
+            raise TargetError("systemctl is not installed: name the unit's cgroup with cgroup:PATH") from err
+        path = result.stdout.strip()
+        why = "" if result.returncode == 0 and path else (
+            f"systemd knows no running unit {unit!r}{': ' + result.stderr.strip() if result.stderr else ''}")
+        if len(_CONTROL_GROUPS) > 64:
+            _CONTROL_GROUPS.clear()
+        cached = _CONTROL_GROUPS[unit] = (now + UNIT_CACHE_S, None if why else path, why)
+    if cached[1] is None:
+        raise TargetError(cached[2])
+    return cached[1]
+
+
 def unit_cgroup(host: Host, unit: str) -> str:
     """The cgroupfs directory of a systemd unit."""
-    try:
-        result = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", "--", unit],
-                                capture_output=True, text=True, timeout=10, cwd="/")
-    except FileNotFoundError as err:
-        raise TargetError("systemctl is not installed: name the unit's cgroup with cgroup:PATH") from err
-    path = result.stdout.strip()
-    if result.returncode != 0 or not path:
-        raise TargetError(f"systemd knows no running unit {unit!r}{': ' + result.stderr.strip() if result.stderr else ''}")
+    path = unit_control_group(unit)
     for mount_point, fstype, options in host.mounts():
         if fstype == "cgroup2" or "name=systemd" in options:
             candidate = f"{mount_point}{path}"
