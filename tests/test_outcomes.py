@@ -34,7 +34,7 @@ def test_rollback_and_status_reports_keep_the_json_shape_the_ansible_module_read
                                                                  "10", State.HOLDS)])
     data = json.loads(status.to_json())
     assert {"profile", "path", "digest", "applied_at", "stale", "changes", "removed", "deferred", "deferred_results",
-            "awaiting", "verified", "verified_p999_us", "watched"} == set(data)
+            "awaiting", "verified", "verified_p999_us", "watched", "watch_plugin_failures"} == set(data)
     assert data["changes"][0]["state"] == "holds" and "reason" not in data["changes"][0]
     assert "/proc/sys/vm/swappiness" in status.to_text() and "holds" in status.to_text()
     assert RollbackReport(None).to_text() == "nothing to roll back"
