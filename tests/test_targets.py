@@ -2,6 +2,7 @@
 
 
 from __future__ import annotations
+import json
 import os
 import subprocess
 import sys
@@ -138,3 +139,54 @@ def test_a_unit_target_asks_systemctl_once_per_few_seconds_not_once_per_process(
                                               "/system.slice/llm.service-evil", "/user.slice/user-1000.slice")]
     assert found == [True, True, False, False] * 300
     assert len(calls) == 1, calls[:3]
+
+
+def _in_namespace(tree, pid: int, namespace: str) -> None:
+    (tree.root / "proc" / str(pid) / "ns").mkdir(parents=True, exist_ok=True)
+    (tree.root / "proc" / str(pid) / "ns" / "pid").symlink_to(namespace)
+
+
+def test_a_root_process_in_a_container_named_like_the_workload_is_not_it_unless_the_profile_says(tree, cli,
+                                                                                                 profile_file):
+    """A tenant's container running as root without a user namespace named itself like the workload
+    (live: `unshare --pid --fork --mount-proc`, named infer_actor, was moved onto the workload's CPU).
+    By default only the host's pid namespace holds the target; the plan names the look-alike and why."""
+    from tuned_rl.measure.targets import is_target_process, name_matches, target_from_table
+    tree.add_process(1, "systemd", ppid=0, start_time=1)
+    tree.add_process(300, "infer_actor", cmdline="python3 actor.py")
+    tree.add_process(400, "infer_actor", cmdline="python3 actor.py", start_time=2000)
+    _in_namespace(tree, 1, "pid:[4026531836]")
+    _in_namespace(tree, 300, "pid:[4026531836]")
+    _in_namespace(tree, 400, "pid:[4026532611]")  # the container's
+    host = tree.host
+    target = target_from_table({"name": "^infer_actor$"})[0]
+    matched, lookalikes = name_matches(host, target)
+    assert matched == [300] and [(pid, why) for pid, _, why in lookalikes] == [
+        (400, "is in another pid namespace (pid:[4026532611]: a container's), and [target] containers is false")]
+    assert [pid for pid in (300, 400) if is_target_process(host, target, host.process(pid))] == [300]
+    both = target_from_table({"name": "^infer_actor$", "containers": True})[0]
+    assert name_matches(host, both)[0] == [300, 400] and is_target_process(host, both, host.process(400))
+    profile = profile_file('[target]\nname = "^infer_actor$"\n\n[sysctl]\n"kernel.sched_rt_runtime_us" = 900000\n')
+    notes = json.loads(cli("apply", profile, "--dry-run", "--json")[1])["notes"]
+    assert any(n.startswith("not the target: pid 400 (infer_actor)") and "another pid namespace" in n for n in notes), notes
+
+
+def test_within_narrows_a_name_target_to_a_cgroup_and_below(tree):
+    from tuned_rl.measure.targets import is_target_process, name_matches, target_from_table
+    tree.add_process(300, "vllm", cgroups={"name=systemd": "/system.slice/llm.service"})
+    tree.add_process(310, "vllm", cgroups={"name=systemd": "/system.slice/llm.service/engine"})
+    tree.add_process(320, "vllm", cgroups={"name=systemd": "/system.slice/llm.service-copy"})
+    tree.add_process(330, "vllm", cgroups={"name=systemd": "/kubepods.slice/pod1/vllm"})
+    target = target_from_table({"name": "^vllm$", "within": "/system.slice/llm.service"})[0]
+    matched, lookalikes = name_matches(tree.host, target)
+    assert matched == [300, 310] and [pid for pid, _, _ in lookalikes] == [320, 330]
+    assert "is in cgroup /kubepods.slice/pod1/vllm, not within /system.slice/llm.service" in lookalikes[1][2]
+    assert [p for p in (300, 310, 320, 330) if is_target_process(tree.host, target, tree.host.process(p))] == [300, 310]
+
+
+@pytest.mark.parametrize("table, says", [({"pid": 5, "containers": True}, "containers goes with a name target"),
+                                         ({"unit": "x.service", "within": "/a"}, "within goes with a name target"),
+                                         ({"name": "x", "within": "system.slice"}, "starts with /")])
+def test_containers_and_within_are_checked(tree, table, says):
+    from tuned_rl.measure.targets import target_problems
+    assert any(says in p.message for p in target_problems(table, tree.host)), target_problems(table, tree.host)

@@ -409,6 +409,24 @@ class Host:
             raise TaskGone(f"pid {pid} has exited") from err
         return comm, cmdline
 
+    def pid_namespace(self, pid: int) -> str | None:
+        """The pid namespace a process is in (``pid:[4026531836]``, from /proc/PID/ns/pid); None if
+        it cannot be read (gone, or a kernel without it)."""
+        try:
+            return os.readlink(f"{self._proc}/{int(pid)}/ns/pid")
+        except OSError:
+            return None
+
+    def process_cgroup_path(self, pid: int) -> str | None:
+        """A process's cgroup in systemd's hierarchy (cgroup v2's, or v1's name=systemd), from
+        /proc/PID/cgroup; None if it has none there. Raises TaskGone if it is gone."""
+        try:
+            text = _read_small(f"{self._proc}/{int(pid)}/cgroup", 65536).decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError) as err:
+            raise TaskGone(f"pid {pid} has exited") from err
+        paths = dict(line.split(":", 2)[1:] for line in text.splitlines() if line.count(":") >= 2)
+        return paths.get("", paths.get("name=systemd"))
+
     def process_uids(self, pid: int) -> tuple[int, ...]:
         """The real, effective, saved and filesystem user ids of a process (its status ``Uid:`` line).
 

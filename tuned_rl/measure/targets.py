@@ -36,6 +36,8 @@ class Target:
     kind: str
     value: str = ""
     users: tuple[str, ...] = ("root",)  # a name target: the accounts (names or uids) its processes run as
+    containers: bool = False  # a name target: processes in another pid namespace (a container's) may be it
+    within: str | None = None  # a name target: only processes in this cgroup (systemd's hierarchy) or below
 
     @classmethod
     def parse(cls, text: str) -> "Target":
@@ -71,6 +73,11 @@ TARGET_TABLE = Table(
         "users": Key(list, "With name: the accounts (names, or uids as text) whose processes may be the target; "
                            "default [\"root\"]. Another user's process of that name is never the target, and the "
                            "plan names it.", item_type=(str, int)),
+        "containers": Key(bool, "With name: a process in another pid namespace than the host's (a container's) "
+                                "may be the target too; default false: a container's root process named like the "
+                                "workload is not it, and the plan names it."),
+        "within": Key(str, "With name: only processes in this cgroup of systemd's hierarchy or below it, e.g. "
+                           "\"/system.slice/llm.service\"."),
         "cgroup": Key(str, "A cgroupfs directory, e.g. /sys/fs/cgroup/cpu/rl."),
         "unit": Key(str, "A systemd unit (its cgroup)."),
         "canary": Key(bool, "A process tuned-rl starts, placed like the workload, for a node without it yet."),
@@ -93,7 +100,7 @@ def target_from_table(table: dict) -> tuple[Target, CanarySpec | None]:
         return Target("canary"), spec
     kind = next(k for k in ("pid", "name", "cgroup", "unit") if k in table)
     users = tuple(str(u) for u in table.get("users", ["root"]))
-    return Target(kind, str(table[kind]), users), None
+    return Target(kind, str(table[kind]), users, bool(table.get("containers", False)), table.get("within")), None
 
 
 def target_problems(table: dict, host: Host) -> list[Problem]:
@@ -106,6 +113,13 @@ def target_problems(table: dict, host: Host) -> list[Problem]:
     if canary_keys and chosen != ["canary"]:
         return [Problem(f"target.{canary_keys[0]}", "canary settings need canary = true")]
     problems = []
+    for key in ("containers", "within"):
+        if key in table and chosen != ["name"]:
+            problems.append(Problem(f"target.{key}", f"{key} goes with a name target: a pid, cgroup or unit names "
+                                                     "its processes outright"))
+    if "within" in table and not str(table["within"]).startswith("/"):
+        problems.append(Problem("target.within", "a cgroup path in systemd's hierarchy starts with /, e.g. "
+                                                 "/system.slice/llm.service"))
     if "users" in table:
         if chosen != ["name"]:
             problems.append(Problem("target.users", "users goes with a name target: a pid, cgroup or unit names its "
@@ -174,7 +188,10 @@ def is_target_process(host: Host, target: Target, process) -> bool:
         pattern = re.compile(target.value)
         if not (pattern.search(process.comm) or pattern.search(process.cmdline)) or is_tuned_rl_command(process.cmdline):
             return False
-        return _runs_as(process.uids, _allowed_uids(host, target))
+        try:
+            return _why_not(host, target, process.pid, process.uids, _allowed_uids(host, target)) is None
+        except TaskGone:
+            return False
     if target.kind == "unit":  # the process's own cgroup against the unit's: no read of the unit's members
         try:
             control_group = unit_control_group(target.value)
@@ -269,10 +286,10 @@ def is_tuned_rl_command(cmdline: str) -> bool:
         os.path.basename(words[1]) == "tuned-rl" or words[1:3] == ["-m", "tuned_rl.cli"])
 
 
-def name_matches(host: Host, target: Target) -> tuple[list[int], list[tuple[int, str, int]]]:
+def name_matches(host: Host, target: Target) -> tuple[list[int], list[tuple[int, str, str]]]:
     """(the pids a name target matches, its look-alikes): processes whose comm or command line
-    match, split by whether every user id of theirs is one of the target's users. A look-alike is
-    (pid, comm, real uid). tuned-rl itself is neither (its command line holds the pattern), nor is
+    match, split by whether they are the target (_why_not: the target's users, the host's pid
+    namespace unless ``containers``, ``within``). A look-alike is (pid, comm, why not). tuned-rl itself is neither (its command line holds the pattern), nor is
     any tuned-rl command (is_tuned_rl_command)."""
     pattern = re.compile(target.value)
     allowed = _allowed_uids(host, target)
@@ -285,13 +302,32 @@ def name_matches(host: Host, target: Target) -> tuple[list[int], list[tuple[int,
             if not (pattern.search(comm) or pattern.search(cmdline)) or is_tuned_rl_command(cmdline):
                 continue
             uids = host.process_uids(pid)
+            why = _why_not(host, target, pid, uids, allowed)
         except TaskGone:
             continue
-        if _runs_as(uids, allowed):
+        if why is None:
             matched.append(pid)
         else:
-            lookalikes.append((pid, comm, uids[0] if uids else -1))
+            lookalikes.append((pid, comm, why))
     return matched, lookalikes
+
+
+def _why_not(host: Host, target: Target, pid: int, uids: tuple[int, ...], allowed: set[int]) -> str | None:
+    """Why a process whose name matches is not the target (None: it is): another user, another pid
+    namespace (a container's root is root there too), or outside ``within``. Raises TaskGone."""
+    if not _runs_as(uids, allowed):
+        return (f"runs as {printable(host.user_name(uids[0] if uids else -1))}, not one of [target] users "
+                f"({target.users_text()})")
+    if not target.containers:
+        own, theirs = host.pid_namespace(1), host.pid_namespace(pid)
+        if own is not None and theirs is not None and own != theirs:
+            return f"is in another pid namespace ({printable(theirs)}: a container's), and [target] containers is false"
+    if target.within is not None:
+        path = host.process_cgroup_path(pid)
+        prefix = target.within.rstrip("/")
+        if path is None or not (path == target.within or path.startswith(prefix + "/")):
+            return f"is in cgroup {printable(str(path))}, not within {printable(target.within)}"
+    return None
 
 
 def lookalike_notes(host: Host, table: dict | None) -> list[str]:
@@ -306,9 +342,8 @@ def describe_lookalikes(host: Host, target: Target) -> list[str]:
     if target.kind != "name":
         return []
     _, lookalikes = name_matches(host, target)
-    return [f"not the target: pid {pid} ({printable(comm)}) matches [target] name {target.value!r} but runs as "
-            f"{printable(host.user_name(uid))}, not one of [target] users ({target.users_text()})"
-            for pid, comm, uid in lookalikes]
+    return [f"not the target: pid {pid} ({printable(comm)}) matches [target] name {printable(repr(target.value))} but "
+            f"{why}" for pid, comm, why in lookalikes]
 
 
 def target_processes(host: Host, table: dict) -> list:
