@@ -301,3 +301,36 @@ def test_an_inconclusive_verdict_names_the_slowest_5_percent_when_that_is_what_k
     verdict, _ = decide(lambda b: blocks_of(1.0, b, seed=4, before=broad_worse), settings)
     assert verdict.outcome == INCONCLUSIVE, verdict.reason
     assert "the slowest 5% is x" in verdict.reason and "cannot be ruled out" in verdict.reason, verdict.reason
+
+
+def _idle_or_shared(seed: int):
+    """A block's waits as on the 2026-12-03 recording: the canary's CPU idle in some blocks (most waits
+    under a microsecond: its slowest 5% reaches down to them) and shared in others (~15 µs); the
+    slowest 0.1% alike in both."""
+    rng = np.random.default_rng(seed)
+
+    def reshape(window: Window) -> Window:
+        n = len(window.values)
+        shared = rng.random() < 0.5
+        values = np.full(n, 50, dtype=np.int64)  # an idle CPU's wait: 50 ns
+        busy = int(n * (0.12 if shared else 0.035))
+        values[:busy] = rng.integers(12_000, 20_000, busy)
+        tail = max(4, n // 1000)
+        values[:tail] = rng.lognormal(math.log(200_000), 0.4, tail).astype(np.int64)
+        return dataclasses.replace(window, values=values)
+    return reshape
+
+
+def test_waits_under_10_us_do_not_move_the_broad_statistic_an_idle_cpu_makes_bimodal():
+    """With each wait under 10 µs read as 10 µs in the slowest 5% (BROAD_FLOOR_NS), an A/A on a host
+    whose canary CPU goes idle and shared from block to block is kept in a few blocks; read at 1 µs,
+    the slowest 5% swung by log(15) between the two and the keep waited (or never came)."""
+    used = {}
+    for floor in (10_000, 1000):
+        settings = dataclasses.replace(SETTINGS, broad_floor_ns=floor)
+        results = [decide(lambda b, s=seed: blocks_of(1.0, b, seed=s, before=_idle_or_shared(s)), settings)
+                   for seed in range(6)]
+        assert all(v.outcome != REGRESSION for v, _ in results)
+        used[floor] = sorted(b for _, b in results)
+    assert all(v <= 12 for v in used[10_000]), used
+    assert np.median(used[1000]) >= 2 * np.median(used[10_000]), used
