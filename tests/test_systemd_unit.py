@@ -85,3 +85,4 @@ def test_the_unit_gives_watch_room_for_descriptors():
     """The /metrics cap bounds what other users can make watch hold; the limit leaves the rest room."""
     limits = [line for line in UNIT.read_text().splitlines() if line.startswith("LimitNOFILE=")]
     assert limits and int(limits[0].split("=")[1]) >= 4096
+    assert "TimeoutStopSec=30s" in UNIT.read_text().splitlines()  # a stopped verification ends within a second

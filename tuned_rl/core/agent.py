@@ -22,7 +22,7 @@ from tuned_rl.core.plugin_host import PluginHost
 from tuned_rl.core.report import ChangeReport, Report, StepReport
 from tuned_rl.core.rollback_report import RollbackReport
 from tuned_rl.core.status_report import StatusReport
-from tuned_rl.core.verify import StepVerdict, Verifier
+from tuned_rl.core.verify import StepVerdict, Stopped, Verifier
 from tuned_rl.host import Host, TaskGone
 from tuned_rl.host.host import TARGETED_ACTIONS
 from tuned_rl.measure.probes import ProbeError
@@ -156,14 +156,16 @@ class Agent:
         return self._apply_step(WATCHED_STEP_INDEX, step, f"watch: {self._plugin(step)}: {step.title}", None,
                                 "applied by watch to a process that started after the apply", by="watch")
 
-    def adopt_inherited(self, child, parent) -> list[Change]:
+    def adopt_inherited(self, child, parent, records: list[StepRecord] | None = None) -> StepRecord | None:
         """Journal the undo of what a process inherited from a parent tuned-rl placed (the caller
         holds the lock). A child forked by an evicted job is born in its cgroup at its policy; its
         parent's undo records say where both would be without tuned-rl, so the child gets the same
         records (``before`` the parent's original, ``after`` the value it holds), and ``rollback``
-        puts it back too. Nothing is written to the host. Returns the changes journaled."""
+        puts it back too. Nothing is written to the host. Returns the record journaled (None: nothing
+        inherited). ``records``: those naming the parent, where the caller keeps an index (else all
+        are read)."""
         inherited, plugin = [], "watch"
-        for record in self.journal.records():
+        for record in self.journal.records() if records is None else records:
             for change in record.changes:
                 if change.kind not in INHERITED_KINDS or change.task is None or change.task.pid != parent.pid \
                         or change.task.start_time != parent.start_time:
@@ -175,14 +177,14 @@ class Agent:
                         inherited.append(adopted)
                         plugin = record.plugin
                 except (TaskGone, OSError, LookupError):
-                    return []
-        if inherited:
-            record = self.journal.add(StepRecord(0, self.host.boot_id(), plugin,
-                                                 f"inherited by pid {child.pid} from pid {parent.pid}",
-                                                 WATCHED_STEP_INDEX, inherited,
-                                                 host_root=str(self.host.root), by="watch"))
-            self.journal.mark(record, "done")
-        return inherited
+                    return None
+        if not inherited:
+            return None
+        record = self.journal.add(StepRecord(0, self.host.boot_id(), plugin,
+                                             f"inherited by pid {child.pid} from pid {parent.pid}",
+                                             WATCHED_STEP_INDEX, inherited, host_root=str(self.host.root), by="watch"))
+        self.journal.mark(record, "done")
+        return record
 
     def apply_deferred(self, profile: Profile, table: str, warm_up_s: float) -> StepReport | None:
         """The step of ``table`` that apply deferred until the workload ran, now that it does (the
@@ -381,6 +383,9 @@ class Agent:
 
         try:
             result = verifier.verify(label, apply, revert) if verifier else apply()
+        except Stopped:
+            self._undo_record(record, force=True)  # the verifier reverted it: the record goes, the host checked
+            raise
         except (OSError, StepFailed, LookupError) as err:
             left = [r for r in self._undo_record(record, force=True) if r.outcome == Restore.FAILED]
             undone = "step reverted" if not left else (f"reverting it failed too: {left[0].target}: "
@@ -404,8 +409,11 @@ class Agent:
                 return self._step_report(step, Outcome.UNCHANGED, "nothing could be changed", [], _tasks(gone))
         self.journal.mark(record, "done")
         if result is None:
-            return self._step_report(step, Outcome.APPLIED, unverified or NOT_VERIFIED, changes, _tasks(gone))
-        return self._verified_report(step, result, changes, _tasks(gone))
+            report = self._step_report(step, Outcome.APPLIED, unverified or NOT_VERIFIED, changes, _tasks(gone))
+        else:
+            report = self._verified_report(step, result, changes, _tasks(gone))
+        report.record = record  # what the journal now holds of the step (watch keeps an index of it)
+        return report
 
     def _originals(self, changes: list[Change]) -> tuple[list[Change], list[Change]]:
         """The changes with ``before`` re-read now (the journal must hold the true original), and

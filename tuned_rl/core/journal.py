@@ -30,12 +30,13 @@ import time
 import errno
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from tuned_rl.core.changes import Change
 from tuned_rl.core.kinds import UnknownKind
 from tuned_rl.core.outcomes import Outcome
 from tuned_rl.core.state_dir import ensure_private_dir
-from tuned_rl.host.host import write_whole
+from tuned_rl.host.host import Task, write_whole
 
 DEFAULT_STATE_DIR = "/var/lib/tuned-rl"
 FORMAT = 2
@@ -206,6 +207,20 @@ class Journal:
     def remove(self, record: StepRecord) -> None:
         record.path.unlink(missing_ok=True)
         _fsync_dir(self.directory)
+
+    def compact(self, alive: Callable[[Task], bool]) -> list[StepRecord]:
+        """Remove watch's records whose every change is of a task that has exited (``alive`` False:
+        its pid gone, or another task's now); returns them. Their undo is moot (rollback would
+        report each change "gone"), and a node's short-lived jobs left one each, for months: the
+        journal grew without end. One unlink per record, then one fsync of the directory: a crash
+        part-way leaves some of them, each whole; no record of a living task is touched."""
+        done = [r for r in self.records() if r.by == "watch" and r.changes
+                and all(c.task is not None for c in r.changes) and not any(alive(c.task) for c in r.changes)]
+        for record in done:
+            record.path.unlink(missing_ok=True)
+        if done:
+            _fsync_dir(self.directory)
+        return done
 
     def finish(self) -> None:
         """Forget the applied profile once every record is gone."""

@@ -42,6 +42,7 @@ class StepReport:
     phase: str | None = None  # when the step runs (tuned_rl.core.phases)
     gone: int = 0  # tasks that exited (or whose pid was reused) before they could be changed
     notes: list[str] = field(default_factory=list)  # what the plugin says beside the step
+    record: object = field(default=None, repr=False, compare=False)  # the journal's record of it, if it holds one
 
     def to_dict(self) -> dict:
         data = {"plugin": self.plugin, "step": self.step, "phase": self.phase,

@@ -25,6 +25,12 @@ from tuned_rl.measure.targets import Target, TargetError
 Progress = Callable[[str], None]
 
 
+class Stopped(BaseException):
+    """Asked to stop (SIGTERM) while a step was being measured. Raised from a progress call; the
+    verifier reverts the step under test, the agent drops its record, and the caller ends. A
+    BaseException, as KeyboardInterrupt is: no handler of errors on one process may swallow it."""
+
+
 @dataclass
 class StepVerdict:
     """What verification found for one step, and what became of the step."""
@@ -100,6 +106,11 @@ class Verifier:
         design = self._switchback if self.settings.design == "switchback" else self._before_after
         try:
             return design(label, tracked(apply, True), tracked(revert, False))
+        except Stopped:
+            self.baseline = None
+            if state["applied"]:
+                revert()  # the host as it was before this step
+            raise
         except (ProbeError, TargetError) as err:
             self.failed, self.baseline = f"the probe failed: {err}", None
             if not state["applied"]:
