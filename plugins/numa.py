@@ -50,7 +50,7 @@ from tuned_rl.host import printable
 from tuned_rl.host.numa import NumaError, node_of, page_shares, topology
 from tuned_rl.host.shared_memory import (SEGMENT_NAME, SHM_DIRECTORY, SegmentGone, mapped_segments, parse_policy,
                                          resident_pages)
-from tuned_rl.measure.targets import is_target_process, target_from_table, workload_for_step
+from tuned_rl.measure.targets import is_target_process, target_from_table, user_id, workload_for_step
 
 UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]+\.service$")
 DROP_IN = "tuned-rl-numa.conf"
@@ -69,7 +69,11 @@ TABLE = Table(
         "running": Key(bool, "Bind the [target]'s running processes too (default true)."),
         "restart": Key(bool, "Restart the unit after the drop-in is added, and again after it is removed "
                              "(default false: it takes effect at the unit's next start)."),
-        "shm": Key(list, 'Shared-memory segments to bind: "/dev/shm/NAME", or a pattern ("/dev/shm/rl-*").'),
+        "shm": Key(list, 'Shared-memory segments to bind: "/dev/shm/NAME", or a pattern ("/dev/shm/rl-*"). Only '
+                         "segments owned by root or by one of the [target]'s users are bound (/dev/shm is "
+                         "every user's: another user's rl-evil is left alone, and the plan says so)."),
+        "owners": Key(list, "With shm: more accounts (names, or uids as text) whose segments may be bound.",
+                      item_type=(str, int)),
     },
     phase="placement",
 )
@@ -205,6 +209,11 @@ def tuned_rl_validate(profile, host):
         if not isinstance(pattern, str) or not SEGMENT_PATTERN.match(pattern):
             problems.append(Problem("numa.shm", f"{printable(str(pattern))!r} is not a segment in {SHM_DIRECTORY} "
                                                 "(\"/dev/shm/NAME\", or a pattern such as \"/dev/shm/rl-*\")"))
+    if "owners" in table and "shm" not in table:
+        problems.append(Problem("numa.owners", "owners goes with shm: the users whose segments may be bound"))
+    for owner in table.get("owners", []):
+        if user_id(host, str(owner)) is None:
+            problems.append(Problem("numa.owners", f"no account {printable(str(owner))!r} on this host"))
     if running and (target is None or target.get("canary")) and "unit" not in table \
             and ("shm" not in table or "running" in table):
         problems.append(Problem("numa", "bind what? name the workload in [target] (pid, name, cgroup or unit), "
@@ -242,7 +251,7 @@ def tuned_rl_plan(profile, host):
         for step in steps:
             step.skip_reason = reason
         if table.get("shm"):
-            steps.append(_plan_segments(host, table["shm"], node, target))
+            steps.append(_plan_segments(host, table, node, target))
             steps[-1].notes.append("this host has one NUMA node: no page moves; the segments' policy says bind:"
                                    f"{node} for a check of the node to read")
         return steps
@@ -253,7 +262,7 @@ def tuned_rl_plan(profile, host):
         else:
             step.changes += drop_in_changes(host, table["unit"], node, cpus, table.get("restart", False))
     if table.get("shm"):
-        steps.append(_plan_segments(host, table["shm"], node, target))
+        steps.append(_plan_segments(host, table, node, target))
     return steps
 
 
@@ -277,7 +286,7 @@ def tuned_rl_plan_process(profile, host, process):
         step = Step("numa", f"bind the shared-memory segments pid {process.pid} ({printable(process.comm)}) maps "
                             f"to node {node}")
         _plan_segment_changes(host, step, _matching(table["shm"], [p[len(SHM_DIRECTORY) + 1:] for p in mapped]),
-                              node, mapped)
+                              node, mapped, segment_owners(host, table, target))
         steps.append(step)
     return steps
 
@@ -289,8 +298,15 @@ def _matching(patterns: list[str], names: list[str]) -> list[str]:
             if any(fnmatch.fnmatchcase(name, pattern) for pattern in wanted)]
 
 
-def _plan_segments(host, patterns: list[str], node: int, target: dict | None) -> Step:
+def segment_owners(host, table: dict, target: dict | None) -> set[int]:
+    """The users whose segments [numa] shm may bind: root, the [target]'s users, and ``owners``."""
+    names = [*(target or {}).get("users", ["root"]), *table.get("owners", [])]
+    return {0} | {uid for uid in (user_id(host, str(name)) for name in names) if uid is not None}
+
+
+def _plan_segments(host, table: dict, node: int, target: dict | None) -> Step:
     """The step that binds every segment the patterns match now."""
+    patterns = table["shm"]
     step = Step("numa", f"bind shared-memory segments {', '.join(patterns)} to node {node}")
     paths = _matching(patterns, host.segment_names())
     if not paths:
@@ -298,12 +314,14 @@ def _plan_segments(host, patterns: list[str], node: int, target: dict | None) ->
                  else "apply again once they exist")
         step.skip_reason = f"no segment in {SHM_DIRECTORY} matches now: {later}"
         return step
-    _plan_segment_changes(host, step, paths, node, mapped_segments(host))
+    _plan_segment_changes(host, step, paths, node, mapped_segments(host), segment_owners(host, table, target))
     return step
 
 
-def _plan_segment_changes(host, step: Step, paths: list[str], node: int, mapped: dict[str, list[int]]) -> None:
-    """Add to ``step`` each segment's policy ``bind:node``; a segment tuned-rl will not touch is a note."""
+def _plan_segment_changes(host, step: Step, paths: list[str], node: int, mapped: dict[str, list[int]],
+                          owners: set[int]) -> None:
+    """Add to ``step`` each segment's policy ``bind:node``; a segment tuned-rl will not touch (another
+    user's: not one of ``owners``) is a note."""
     for path in paths:
         name = path[len(SHM_DIRECTORY) + 1:]
         if not SEGMENT_NAME.match(name):
@@ -314,6 +332,10 @@ def _plan_segment_changes(host, step: Step, paths: list[str], node: int, mapped:
             found = host.segment_policy(path)
         except (OSError, LookupError) as err:
             step.notes.append(f"left alone: {path}: {err}")
+            continue
+        if found.owner not in owners:
+            step.notes.append(f"left alone: {printable(path)} belongs to {printable(host.user_name(found.owner))}, "
+                              "not root or a [target] user (add it to [numa] owners to bind it)")
             continue
         mappers = mapped.get(path, [])
         share = segment_share(host, path, {node}, mappers)

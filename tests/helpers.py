@@ -380,6 +380,7 @@ class CgroupTreeHost(TreeHost):
     # tree's numa_maps count for mappings of it, and every mapping shows the policy, as the kernel's do.
 
     SEGMENT_POLICIES = "/run/test-segment-policies.json"
+    SEGMENT_OWNERS = "/run/test-segment-owners.json"  # path -> uid (a segment not named is root's)
 
     def _segment_policies(self) -> dict:
         path = self.path(self.SEGMENT_POLICIES)
@@ -391,7 +392,9 @@ class CgroupTreeHost(TreeHost):
         if not file.exists():
             raise SegmentGone(f"{path} was removed")
         info = file.lstat()
-        return SegmentPolicy(self._segment_policies().get(path, "default"), info.st_ino, info.st_size)
+        owners = self.path(self.SEGMENT_OWNERS)
+        owner = json.loads(owners.read_text()).get(path, 0) if owners.exists() else 0  # root's, unless a test says
+        return SegmentPolicy(self._segment_policies().get(path, "default"), info.st_ino, info.st_size, owner)
 
     def set_segment_policy(self, path, policy, inode):
         from tuned_rl.host.shared_memory import SegmentGone, parse_policy

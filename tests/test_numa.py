@@ -332,3 +332,20 @@ def test_on_one_node_a_segment_is_still_bound_saying_no_page_moves(segment, cli,
     [step] = json.loads(cli("apply", profile_file(SHM_PROFILE.replace("node = 1", "node = 0")), "--json")[1])["steps"]
     assert step["outcome"] != "skipped" and any("no page moves" in n for n in step["notes"])
     assert segment.host.segment_policy("/dev/shm/rl-obs").policy == "bind:0"
+
+
+def test_another_users_segment_a_pattern_matches_is_left_alone_unless_owners_names_them(segment, cli, profile_file):
+    """/dev/shm is every user's: a user's /dev/shm/rl-evil matched "/dev/shm/rl-*" and was planned.
+    Only root's and the [target] users' segments are bound; [numa] owners widens it."""
+    import json as json_module
+    segment.set("/dev/shm/rl-evil", "z" * 4096)
+    segment.set(segment.host.SEGMENT_OWNERS, json_module.dumps({"/dev/shm/rl-evil": 65534}))
+    dry = json.loads(cli("apply", profile_file(SHM_PROFILE), "--dry-run", "--json")[1])
+    [step] = dry["steps"]
+    assert [c["target"] for c in step["changes"]] == ["/dev/shm/rl-obs"]
+    assert any(n.startswith("left alone: /dev/shm/rl-evil belongs to") and "[numa] owners" in n for n in step["notes"])
+    widened = SHM_PROFILE + 'owners = ["65534"]\n'
+    [step] = json.loads(cli("apply", profile_file(widened), "--dry-run", "--json")[1])["steps"]
+    assert [c["target"] for c in step["changes"]] == ["/dev/shm/rl-evil", "/dev/shm/rl-obs"]
+    status, _, err = cli("apply", profile_file(SHM_PROFILE + 'owners = ["no-such-user-here"]\n'), "--dry-run")
+    assert status == 2 and "no account 'no-such-user-here'" in err

@@ -69,3 +69,50 @@ def test_the_segment_reads_bind_0_in_the_workloads_numa_maps_and_its_previous_po
     code, _, err = run_cli("rollback", root=None, state_dir=state_dir)
     assert code == 0, err
     assert mapping_policy(process.pid, path) == previous and read_policy(path).policy == previous
+
+
+def test_a_bind_maps_every_resident_page_for_the_move_and_allocates_none_in_the_holes():
+    """mbind(MPOL_MF_MOVE_ALL) moves only the pages present in the caller's own mapping, and a fresh
+    mapping has none: no page of a segment moved. set_policy now maps each page mincore says is in
+    memory first. On a sparse segment (1 MiB written of 64 MiB) the resident pages are exactly the
+    written ones, the bind allocates nothing in the holes, and the data reads back. (Where pages go
+    needs two nodes: on this host's one, the moves are to node 0, where they are.)"""
+    import mmap
+    from tuned_rl.host.shared_memory import _Mapping, resident_page_indexes, set_policy
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mbind with MPOL_MF_MOVE_ALL)")
+    path = f"/dev/shm/tuned-rl-test-sparse-{os.getpid()}"
+    page = os.sysconf("SC_PAGE_SIZE")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, 64 << 20)
+        with mmap.mmap(fd, 64 << 20) as writer:
+            for index in range(0, 256):  # 1 MiB: the first 256 pages, every other one
+                writer[index * 2 * page] = 0x5A
+        written = [index * 2 for index in range(256)]
+        mapping = _Mapping(path)
+        try:
+            assert resident_page_indexes(mapping) == written
+        finally:
+            mapping.close()
+        blocks = os.fstat(fd).st_blocks
+        set_policy(path, "bind:0", os.fstat(fd).st_ino)
+        assert os.fstat(fd).st_blocks == blocks, "the bind allocated pages in the segment's holes"
+        assert read_policy(path).policy == "bind:0"
+        with mmap.mmap(fd, 64 << 20, prot=mmap.PROT_READ) as reader:
+            assert all(reader[index * page] == 0x5A for index in written)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+@pytest.mark.skipif(len([n for n in os.listdir("/sys/devices/system/node") if n.startswith("node")]) < 2,
+                    reason="needs two NUMA nodes to show resident pages moving: this host has one")
+def test_on_two_nodes_a_bind_moves_the_segments_resident_pages_to_the_node(workload):
+    process, path = workload
+    set_policy_path = path
+    from tuned_rl.host.shared_memory import set_policy
+    set_policy(set_policy_path, "bind:1", os.stat(path).st_ino)
+    [line] = [line for line in open(f"/proc/{process.pid}/numa_maps") if f"file={path}" in line.split()]
+    counts = {f.split("=")[0]: int(f.split("=")[1]) for f in line.split() if f.startswith("N")}
+    assert set(counts) == {"N1"}, line

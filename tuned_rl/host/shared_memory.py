@@ -4,8 +4,10 @@ links, its shared memory policy read and set, and the processes that map it.
 A tmpfs file keeps a *shared* memory policy per range of its pages, on the file itself: set it
 with mbind(2) on a shared mapping of the file and every process that maps the file allocates the
 segment's pages by it, and ``/proc/PID/numa_maps`` shows it for each mapping ("bind:0"). With
-``MPOL_MF_MOVE_ALL`` (CAP_SYS_NICE) mbind also moves the pages already there, mapped by any process
-(mm/mempolicy.c do_mbind; mm/shmem.c shmem_set_policy). The policy stays on the file after our
+``MPOL_MF_MOVE_ALL`` (CAP_SYS_NICE) mbind also moves the pages already there, mapped by any process,
+but only those present in the calling process's own mapping (mm/mempolicy.c do_mbind and
+queue_pages_range; mm/shmem.c shmem_set_policy): ``set_policy`` first maps each resident page
+(mincore(2), then a read of one byte of each), never a hole. The policy stays on the file after our
 mapping is gone, until the file is removed or the host reboots (/dev/shm does not survive it).
 
 A segment's name is text another user chose, so the file is opened with ``O_NOFOLLOW`` below the
@@ -64,6 +66,7 @@ class SegmentPolicy:
     policy: str
     inode: int
     size: int
+    owner: int = 0  # the file's owner (uid): another user's segment is bound only when the profile says so
 
 
 def format_policy(mode: int, nodes: set[int]) -> str:
@@ -108,7 +111,7 @@ class _Mapping:
                 raise SegmentError(errno.EINVAL, f"{path} is not a regular file of the {SHM_DIRECTORY} file system")
             if inode is not None and info.st_ino != inode:
                 raise SegmentGone(f"{path} is another file now (inode {info.st_ino}, tuned-rl's was {inode})")
-            self.inode, self.size = info.st_ino, info.st_size
+            self.inode, self.size, self.owner = info.st_ino, info.st_size, info.st_uid
             self.length = -(-max(self.size, 1) // os.sysconf("SC_PAGE_SIZE")) * os.sysconf("SC_PAGE_SIZE")
             if self.size:
                 address = _mapping_calls().mmap(None, self.length, PROT_READ, MAP_SHARED, self.fd, 0)
@@ -142,6 +145,7 @@ def _mapping_calls():
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
     return libc
 
 
@@ -151,7 +155,7 @@ def read_policy(path: str) -> SegmentPolicy:
     mapping = _Mapping(path)
     try:
         if mapping.address is None:
-            return SegmentPolicy("default", mapping.inode, 0)
+            return SegmentPolicy("default", mapping.inode, 0, mapping.owner)
         page = os.sysconf("SC_PAGE_SIZE")
         pages = mapping.length // page
         offsets = sorted({page * (i * (pages - 1) // (SAMPLES - 1)) for i in range(SAMPLES)})
@@ -159,7 +163,7 @@ def read_policy(path: str) -> SegmentPolicy:
         if len(policies) > 1:
             raise SegmentError(errno.EINVAL, f"{path} has more than one memory policy over its pages "
                                              f"({', '.join(sorted(policies))}); tuned-rl keeps one per segment")
-        return SegmentPolicy(policies.pop(), mapping.inode, mapping.size)
+        return SegmentPolicy(policies.pop(), mapping.inode, mapping.size, mapping.owner)
     finally:
         mapping.close()
 
@@ -178,9 +182,35 @@ def set_policy(path: str, policy: str, inode: int) -> None:
             syscall("mbind", mapping.address, mapping.length, MPOL_LOCAL, None, 0, 0)
         mask, maxnode = node_mask(nodes, MASK_WORDS) if nodes else (None, 0)
         flags = MPOL_MF_MOVE_ALL if mode == MPOL_BIND else 0
+        if mode == MPOL_BIND:
+            map_resident_pages(mapping)
         syscall("mbind", mapping.address, mapping.length, mode, mask, maxnode, flags)
     finally:
         mapping.close()
+
+
+def resident_page_indexes(mapping: "_Mapping") -> list[int]:
+    """The pages of the segment in memory now (mincore(2) on a file mapping reports the file's page
+    cache, whether or not this mapping has touched them): the ones a bind has to move."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    vector = (ctypes.c_ubyte * (mapping.length // page))()
+    if _mapping_calls().mincore(ctypes.c_void_p(mapping.address), mapping.length, vector) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"mincore: {os.strerror(code)}")
+    return [index for index, byte in enumerate(vector) if byte & 1]
+
+
+def map_resident_pages(mapping: "_Mapping") -> int:
+    """Read one byte of each resident page through tuned-rl's mapping, so that it is mapped here:
+    mbind(MPOL_MF_MOVE_ALL) queues for migration only the pages present in the calling process's
+    own mapping (mm/mempolicy.c queue_pages_range), and a fresh mapping has none, so the pages
+    already there stayed where they were while the plan said they moved. Holes are not touched (a
+    read there would allocate a page). Returns how many pages it mapped."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    indexes = resident_page_indexes(mapping)
+    for index in indexes:
+        ctypes.string_at(mapping.address + index * page, 1)
+    return len(indexes)
 
 
 def mapped_segments(host, pids=None) -> dict[str, list[int]]:
