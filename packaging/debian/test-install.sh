@@ -89,7 +89,16 @@ print('test-install: plugins from /usr/bin:', ', '.join(sorted(names)))"
 MANPAGER=cat MANWIDTH=80 man 8 tuned-rl 2>&1 | grep -q "^EXIT STATUS" || fail "man 8 tuned-rl shows no page"
 say "installed: /usr/bin/tuned-rl runs, $compiled modules byte-compiled, the unit installed (disabled), man 8 tuned-rl"
 
-apt-get purge -y -qq tuned-rl >/dev/null
+# Removal rolls the tuning back (prerm), and purge removes the state directory once it is empty.
+ratelimit=$(cat /proc/sys/kernel/printk_ratelimit)
+printf '[profile]\nname = "purge-test"\n\n[sysctl]\n"kernel.printk_ratelimit" = %s\n' $((ratelimit + 1)) > "$play/purge.toml"
+/usr/bin/tuned-rl apply "$play/purge.toml" --no-verify > /dev/null
+[ "$(cat /proc/sys/kernel/printk_ratelimit)" = $((ratelimit + 1)) ] || fail "the purge test's apply changed nothing"
+apt-get purge -y -qq tuned-rl > "$play/purge.log" 2>&1 || { cat "$play/purge.log" >&2; fail "apt-get purge failed"; }
+[ "$(cat /proc/sys/kernel/printk_ratelimit)" = "$ratelimit" ] \
+    || fail "removal left kernel.printk_ratelimit at $(cat /proc/sys/kernel/printk_ratelimit), not $ratelimit"
+[ ! -e /var/lib/tuned-rl ] || fail "purge left /var/lib/tuned-rl: $(ls -R /var/lib/tuned-rl)"
+say "removed: the applied profile was rolled back (prerm), and purge removed /var/lib/tuned-rl"
 left=""
 while IFS= read -r path; do
     if [ ! -d "$path" ] && { [ -f "$path" ] || [ -L "$path" ]; }; then left+=" $path"; fi   # /lib: usr-merge's link
