@@ -43,8 +43,9 @@ OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "pl
 PLUGIN_NOTE_INTERVAL_S = 60.0
 FAILURES_REMEMBERED = 4096  # (pid, plugin, error kind) already said: a bounded set
 TELEMETRY_PASS_S = 0.5  # with the target measured, a pass at least this often: an alarm within a second
-# A process that renames itself is planned again at most this often: a user's prctl(PR_SET_NAME) loop
-# made one plan per pass, watch's whole CPU. A new process, an exec or another user is planned at once.
+# A process that renames itself is planned again for a rename at most this often (its first rename at
+# once): a user's prctl(PR_SET_NAME) loop made one plan per pass, watch's whole CPU. A new process, an
+# exec or another user is planned at once.
 RENAME_REPLAN_S = 0.5
 PLANNED_AT_BOUND = 4096  # planned_at entries before those older than RENAME_REPLAN_S are dropped
 
@@ -95,7 +96,7 @@ class Watcher:
         self.followed: dict[int, int] = {}  # workload pid -> its start time, once its follow-ups were set
         self.unchanged: dict[int, bytes] = {}  # pid -> its signature when it was last found to need nothing
         self.renamed: set[int] = set()  # pending pids whose only events since their last plan are renames
-        self.planned_at: dict[int, float] = {}  # pid -> when (monotonic) it was last planned
+        self.planned_at: dict[int, float] = {}  # pid -> when (monotonic) a rename of it was last planned
         self.journaled_ids: set[tuple] = set()  # the identity of every change journaled (Change.identity)
         self.records_of: dict[tuple, list] = {}  # (pid, start time) -> the records naming that task
         self.failures_said: set[tuple] = set()  # (pid, plugin, error kind) said in a `failed` event
@@ -217,11 +218,12 @@ class Watcher:
         if len(self.planned_at) > PLANNED_AT_BOUND:  # only the last RENAME_REPLAN_S matter: a fork storm's pids
             self.planned_at = {pid: at for pid, at in self.planned_at.items() if now - at < RENAME_REPLAN_S}
         for pid, since in sorted(self.pending.items(), key=lambda item: item[1]):
-            if pid in self.renamed and now - self.planned_at.get(pid, -math.inf) < RENAME_REPLAN_S:
-                continue  # renamed again since it was planned a moment ago: planned once its interval is over
+            if pid in self.renamed:
+                if now - self.planned_at.get(pid, -math.inf) < RENAME_REPLAN_S:
+                    continue  # renamed again soon after a rename was planned: planned once its interval is over
+                self.planned_at[pid] = now
             del self.pending[pid]
             self.renamed.discard(pid)
-            self.planned_at[pid] = now
             if self._guarded(pid, self._needs_acting, pid):
                 work.append((pid, since))
         if not work:
