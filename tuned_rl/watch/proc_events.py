@@ -34,6 +34,7 @@ FORK, EXEC, UID, GID, SID, PTRACE, COMM, COREDUMP, EXIT = (
 NAMES = {FORK: "fork", EXEC: "exec", UID: "uid", GID: "gid", SID: "sid", PTRACE: "ptrace", COMM: "comm",
          COREDUMP: "coredump", EXIT: "exit"}
 
+WANTED = FORK | EXEC | UID | COMM  # what watch reads (watcher.KINDS_THAT_MATTER)
 _NLMSGHDR = struct.Struct("=IHHII")     # len, type, flags, seq, pid
 _CN_MSG = struct.Struct("=IIIIHH")      # idx, val, seq, ack, len, flags
 _PROC_EVENT = struct.Struct("=IIQ")     # what, cpu, timestamp_ns (aligned: 16 bytes)
@@ -41,6 +42,10 @@ _TWO_PIDS = struct.Struct("=II")        # exec, comm, exit, uid: process_pid, pr
 _FORK = struct.Struct("=IIII")          # parent_pid, parent_tgid, child_pid, child_tgid
 RECEIVE_BUFFER = 4 << 20                # bytes: room for a storm of starts between two reads
 LINGER_S = 0.003                        # after the first event, wait this long for those that follow
+# At most this many events a read: each costs this process a recv and a parse (~7 µs), and another
+# user's rename loop makes hundreds of thousands a second (it cost watch a whole CPU). Past the
+# caller's pace the socket overflows, the kernel drops the rest, and a rescan answers (watcher.py).
+READ_LIMIT = 500
 
 
 class ProcEventsError(OSError):
@@ -94,6 +99,8 @@ class ProcEventSource:
     """A subscribed process-connector socket: ``read(timeout)`` returns the events waiting and
     counts the overflows (``lost``: the number of times events were dropped, each an unknown number)."""
 
+    read_limit = READ_LIMIT
+
     def __init__(self):
         self.lost = 0
         try:
@@ -103,7 +110,7 @@ class ProcEventSource:
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
             self.sock.bind((0, CN_IDX_PROC))
-            self._control(PROC_CN_MCAST_LISTEN)
+            self.filtered = self._listen_filtered()
         except OSError as err:
             self.sock.close()
             raise ProcEventsError(err.errno, f"cannot subscribe to process events: {err.strerror} (needs root: "
@@ -113,12 +120,12 @@ class ProcEventSource:
         return self.sock.fileno()
 
     def read(self, timeout: float) -> list[ProcEvent]:
-        """Every event queued now, waiting up to ``timeout`` seconds for the first."""
+        """The events queued now (at most about ``read_limit``), waiting up to ``timeout`` seconds for the first."""
         events = []
         ready, _, _ = select.select([self.sock], [], [], timeout)
         if ready:
             time.sleep(LINGER_S)  # a fork's exec follows within moments: read both, act once
-        while ready:
+        while ready and len(events) < self.read_limit:
             try:
                 data = self.sock.recv(65536, socket.MSG_DONTWAIT)
             except BlockingIOError:
@@ -144,8 +151,30 @@ class ProcEventSource:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _control(self, operation: int) -> None:
-        payload = struct.pack("=I", operation)
+    def _listen_filtered(self) -> bool:
+        """Subscribe to the events watch reads only (fork, exec, uid, comm: not exit, gid, sid, ptrace,
+        coredump), which Linux 6.6 filters in the kernel (struct proc_input's event_type), so that a
+        fork storm queues half as many; an older kernel takes no such request, and then every event
+        is subscribed to. Whether the filter took is checked with a fork of our own."""
+        self._control(PROC_CN_MCAST_LISTEN, WANTED)
+        child = os.fork()
+        if child == 0:
+            os._exit(0)
+        os.waitpid(child, 0)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            if not select.select([self.sock], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                break
+            try:
+                if any(e.kind == "fork" and e.tgid == child for e in parse(self.sock.recv(65536, socket.MSG_DONTWAIT))):
+                    return True
+            except BlockingIOError:
+                continue
+        self._control(PROC_CN_MCAST_LISTEN)
+        return False
+
+    def _control(self, operation: int, events: int | None = None) -> None:
+        payload = struct.pack("=I", operation) if events is None else struct.pack("=II", operation, events)
         message = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(payload), 0) + payload
         header = _NLMSGHDR.pack(_NLMSGHDR.size + len(message), NLMSG_DONE, 0, 0, os.getpid())
         self.sock.send(header + message)

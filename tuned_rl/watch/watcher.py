@@ -38,6 +38,7 @@ RESCAN_CPU_BUDGET = 0.002
 # Rescans that answer lost events (the kernel dropped some: another user's fork storm) come at most
 # once a second, or less often where one costs more than 2% of a CPU over that time.
 LOST_RESCAN_MIN_S = 1.0
+MAX_EVENTS_PER_S = 2000  # process events read a second at most (~1.5% of a CPU); a node's own starts make ~150
 LOST_RESCAN_CPU_BUDGET = 0.02
 OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
 PLUGIN_NOTE_INTERVAL_S = 60.0
@@ -616,7 +617,16 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
         next_check = time.monotonic()
         while not stopping():
             longest = TELEMETRY_PASS_S if watcher.telemetry is not None else 1.0
-            watcher.note_events(source.read(timeout=min(longest, max(0.0, next_rescan - time.monotonic()))))
+            read_at = time.monotonic()
+            events = source.read(timeout=min(longest, max(0.0, next_rescan - time.monotonic())))
+            if len(events) >= getattr(source, "read_limit", math.inf):
+                # A storm of events (another user's rename loop or fork storm): read them at most at
+                # MAX_EVENTS_PER_S; the rest overflow the socket, silently after the first ENOBUFS
+                # (the kernel says it once until the queue drains), so reading behind counts as a
+                # loss: a rescan answers it.
+                time.sleep(max(0.0, len(events) / MAX_EVENTS_PER_S - (time.monotonic() - read_at)))
+                lost_unanswered += 1
+            watcher.note_events(events)
             watcher.refresh_telemetry()
             watcher.tick_telemetry()
             if source.lost != lost_seen:
