@@ -3,8 +3,8 @@
 Applies an eviction profile (processes whose command line holds a marker, to SCHED_IDLE in the
 offline cgroup), starts `tuned-rl watch --json --metrics-address 127.0.0.1:PORT` at nice -10 with
 its descriptors limited to 1,024 (systemd's default), and for ``--minutes`` runs, as ``nobody``:
-short-lived matching jobs (``--jobs-per-second``, each lives 0.2 s: every one is evicted and
-exits), a rename loop, a fork burst every 10 s (the netlink socket overflows), and 2,000 idle
+short-lived matching jobs (``--jobs-per-second``, each a shell that lives 0.2 s with the marker in
+its command line: every one is evicted and exits), a rename loop, a fork burst every 10 s (the netlink socket overflows), and 2,000 idle
 connections to /metrics held for 20 s out of every minute; a scrape every 15 s, as Prometheus does.
 Each minute it prints watch's CPU share, its resident memory, the journal's size (bytes, records),
 the minute's exec -> evicted p50/p99 and scrapes served. At a random moment of the last minute
@@ -44,7 +44,7 @@ RENAME = ("import ctypes\nlibc = ctypes.CDLL(None)\ni = 0\nwhile True:\n    i +=
 FORK_BURSTS = ("import os, time\nwhile True:\n    for _ in range(3000):\n        pid = os.fork()\n"
                "        if pid == 0:\n            os._exit(0)\n        os.waitpid(pid, 0)\n    time.sleep(10)\n")
 JOBS = ("import subprocess, sys, time\nrate = float(sys.argv[1])\nwhile True:\n"
-        f"    subprocess.Popen(['sh', '-c', 'sleep 0.2', '{MARKER}'])\n    time.sleep(1 / rate)\n")
+        f"    subprocess.Popen(['sh', '-c', 'sleep 0.2; :', '{MARKER}'])\n    time.sleep(1 / rate)\n")
 IDLE = ("import socket, sys, time\nwhile True:\n    held = []\n    for _ in range(2000):\n        try:\n"
         "            held.append(socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2))\n"
         "        except OSError:\n            pass\n    time.sleep(20)\n    for s in held:\n        s.close()\n"
@@ -81,6 +81,7 @@ def main() -> int:
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: watch subscribes to the kernel's process events")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped early: the churn killed, the host rolled back
     code = Path(__file__).resolve().parent.parent
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

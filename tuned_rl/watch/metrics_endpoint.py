@@ -239,6 +239,7 @@ def serve(address: Address, figures: Callable[[], WatchFigures], max_connections
         address_family = address.family
         request_queue_size = 64  # a burst of connects is accepted (and closed) without the callers' SYN retries
         refused = 0
+        errors = 0  # connections that ended in an error (a timeout, a reset)
 
         def server_activate(self):
             self._open: dict = {}  # each connection being served -> when it was accepted (monotonic)
@@ -266,6 +267,11 @@ def serve(address: Address, figures: Callable[[], WatchFigures], max_connections
                 self._open.pop(request, None)
                 self._ending.discard(request)
             super().shutdown_request(request)
+
+        def handle_error(self, request, client_address):
+            """A connection that timed out or broke: counted, never printed (socketserver prints a
+            traceback for each, and any local user can make thousands: a flood in journald)."""
+            self.errors += 1
 
         def service_actions(self):
             """Called by serve_forever at least every half second: end the connections past the deadline."""
