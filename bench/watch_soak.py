@@ -43,8 +43,10 @@ RENAME = ("import ctypes\nlibc = ctypes.CDLL(None)\ni = 0\nwhile True:\n    i +=
           "    libc.prctl(15, str(i % 1000).encode(), 0, 0, 0)\n")
 FORK_BURSTS = ("import os, time\nwhile True:\n    for _ in range(3000):\n        pid = os.fork()\n"
                "        if pid == 0:\n            os._exit(0)\n        os.waitpid(pid, 0)\n    time.sleep(10)\n")
+# The marker is put together at run time: in this program's own command line it would make the
+# starter a matching job, and every job its child, born evicted.
 JOBS = ("import subprocess, sys, time\nrate = float(sys.argv[1])\nwhile True:\n"
-        f"    subprocess.Popen(['sh', '-c', 'sleep 0.2; :', '{MARKER}'])\n    time.sleep(1 / rate)\n")
+        f"    subprocess.Popen(['sh', '-c', 'sleep 0.2; :', '{MARKER[:8]}' + '{MARKER[8:]}'])\n    time.sleep(1 / rate)\n")
 IDLE = ("import socket, sys, time\nwhile True:\n    held = []\n    for _ in range(2000):\n        try:\n"
         "            held.append(socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2))\n"
         "        except OSError:\n            pass\n    time.sleep(20)\n    for s in held:\n        s.close()\n"
