@@ -237,7 +237,7 @@ def serve(address: Address, figures: Callable[[], WatchFigures], max_connections
     class Server(ThreadingMixIn, WSGIServer):
         daemon_threads = True
         address_family = address.family
-        request_queue_size = 64  # a burst of connects is accepted (and closed) without the callers' SYN retries
+        request_queue_size = 1024  # a burst of connects is queued, accepted and closed without the callers' SYN retries
         refused = 0
         errors = 0  # connections that ended in an error (a timeout, a reset)
 
