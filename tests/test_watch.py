@@ -617,7 +617,8 @@ def test_records_of_jobs_that_exited_are_compacted_and_placements_read_no_journa
             node.add_process(pid, "python3", cmdline="python3 archive.py", cgroups=V1, start_time=9000 + n)
             return [ProcEvent("exec", pid, pid, 0)]
         return starts
-    batches = [[]] + [job(n) for n in range(300)] + [lambda: watcher.rescan("periodic") or []]
+    later = lambda: setattr(watcher, "next_compaction", 0.0) or watcher.rescan("periodic") or []  # 30 s on  # noqa: E731
+    batches = [[]] + [job(n) for n in range(300)] + [later]
     source = FakeSource(batches)
     reads_before = None
 

@@ -38,6 +38,7 @@ RESCAN_CPU_BUDGET = 0.002
 # Rescans that answer lost events (the kernel dropped some: another user's fork storm) come at most
 # once a second, or less often where one costs more than 2% of a CPU over that time.
 LOST_RESCAN_MIN_S = 1.0
+COMPACT_EVERY_S = 30.0  # the journal's records of exited tasks are dropped at a rescan at most this often
 MAX_EVENTS_PER_S = 2000  # process events read a second at most (~1.5% of a CPU); a node's own starts make ~150
 LOST_RESCAN_CPU_BUDGET = 0.02
 OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
@@ -105,6 +106,7 @@ class Watcher:
         self._noted_at = 0.0
         self.next_rescan_in = rescan_seconds
         self.next_lost_rescan_in = LOST_RESCAN_MIN_S
+        self.next_compaction = 0.0  # (monotonic) the journal is compacted at the first rescan from then
         self.stop_requested: Callable[[], bool] = lambda: False  # run() sets its ``stopping``
 
     # -- the profile ------------------------------------------------------------
@@ -372,7 +374,10 @@ class Watcher:
             self.pending[pid] = now
         before = self.stats.acted
         self.act_on_pending()
-        compacted = self.compact() if why != "events were lost" else 0  # at most once per periodic rescan
+        compacted = 0
+        if time.monotonic() >= self.next_compaction:  # whichever rescan: under a storm no periodic one comes
+            compacted = self.compact()
+            self.next_compaction = time.monotonic() + COMPACT_EVERY_S
         cpu = time.process_time() - cpu_began
         # Spaced by what a rescan of known processes costs: the first one, which plans every process,
         # is no measure of the next.
