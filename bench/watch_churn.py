@@ -29,9 +29,11 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from watch_cost import cpu_seconds  # noqa: E402
+
 MARKER = "tuned-rl-bench-churn-job"
 PROFILE = f'[offline_eviction]\npolicy = "SCHED_IDLE"\n\n[[offline_eviction.match]]\ncmdline = "{MARKER}"\n'
-TICKS = os.sysconf("SC_CLK_TCK")
 CHURN = {
     "idle": None,
     "rename": "import ctypes\nlibc = ctypes.CDLL(None)\ni = 0\nwhile True:\n"
@@ -39,11 +41,6 @@ CHURN = {
     "fork": "import os\nwhile True:\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n",
     "starts": "import subprocess, time\nwhile True:\n    subprocess.Popen(['/bin/true']).wait()\n    time.sleep(0.018)\n",
 }
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def as_nobody() -> None:

@@ -34,11 +34,12 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
+sys.path.insert(0, str(Path(__file__).parent))
 from lab import placement, placement_differences  # noqa: E402
+from watch_cost import cpu_seconds, rss_mib  # noqa: E402
 
 MARKER = "tuned-rl-bench-soak-job"
 PROFILE = f'[offline_eviction]\npolicy = "SCHED_IDLE"\n\n[[offline_eviction.match]]\ncmdline = "{MARKER}"\n'
-TICKS = os.sysconf("SC_CLK_TCK")
 RENAME = ("import ctypes\nlibc = ctypes.CDLL(None)\ni = 0\nwhile True:\n    i += 1\n"
           "    libc.prctl(15, str(i % 1000).encode(), 0, 0, 0)\n")
 FORK_BURSTS = ("import os, time\nwhile True:\n    for _ in range(3000):\n        pid = os.fork()\n"
@@ -51,18 +52,6 @@ IDLE = ("import socket, sys, time\nwhile True:\n    held = []\n    for _ in rang
         "            held.append(socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2))\n"
         "        except OSError:\n            pass\n    time.sleep(20)\n    for s in held:\n        s.close()\n"
         "    time.sleep(40)\n")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def journal_size(state_dir: Path) -> tuple[int, int]:
