@@ -742,3 +742,40 @@ def test_a_process_renaming_itself_in_a_loop_is_planned_for_a_rename_at_most_eve
     watcher.note_events([ProcEvent("exec", 900, 900, 0)])
     watcher.act_on_pending()
     assert planned.count(900) in (5, 6)  # an exec is planned at once
+
+
+def test_a_fork_storm_from_a_process_that_needs_nothing_reads_nothing_of_proc_and_an_exec_is_still_planned(
+        node, cli, profile_file, state_dir, monkeypatch):
+    # One user forks and exits as fast as it can: each child is its parent's copy until it execs, and
+    # its parent was planned and needs nothing, so the children cost an event each, not a /proc read.
+    tree = node
+    assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
+    tree.add_process(500, "bash", cmdline="bash loop.sh", uid=1000, cgroups=V1, start_time=8000)
+    agent = Agent(load_plugins(), CgroupTreeHost(tree.root), Journal(state_dir))
+    watcher = Watcher(agent, [].append, rescan_seconds=3600, warm_up_seconds=0)
+    assert watcher.load_applied()
+    watcher.note_events([ProcEvent("exec", 500, 500, 0)])
+    watcher.act_on_pending()
+    assert 500 in watcher.unchanged
+    planned = []
+    real = watcher._needs_acting
+    monkeypatch.setattr(watcher, "_needs_acting", lambda pid: planned.append(pid) or real(pid))
+    watcher.note_events([ProcEvent("fork", pid, pid, 0, 500) for pid in range(501, 1501)])
+    watcher.act_on_pending()
+    assert planned == [] and watcher.stats.forks_skipped == 1000
+    # A child that execs the archiver is planned, and evicted, as any start.
+    tree.add_process(1500, "python3", cmdline="python3 archive.py", ppid=500, cgroups=V1, start_time=9000)
+    watcher.note_events([ProcEvent("exec", 1500, 1500, 0)])
+    watcher.act_on_pending()
+    assert planned == [1500] and parse_cgroup_file(tree.get("/proc/1500/cgroup"))["cpu"] == "/tuned-rl-offline"
+    # A parent with an event of its own since (it renamed itself): its fork is planned, not assumed.
+    tree.add_process(1600, "bash", cmdline="bash loop.sh", ppid=500, cgroups=V1, start_time=9100)
+    watcher.note_events([ProcEvent("comm", 500, 500, 0, comm="bash"), ProcEvent("fork", 1600, 1600, 0, 500)])
+    watcher.act_on_pending()
+    assert sorted(planned) == [500, 1500, 1600]
+    # A parent tuned-rl set a policy on (the evicted archiver): its children inherit it and are journaled.
+    tree.add_process(1700, "python3", cmdline="python3 archive.py", ppid=1500, cgroups=V1, start_time=9200)
+    watcher.note_events([ProcEvent("fork", 1700, 1700, 0, 1500)])
+    watcher.act_on_pending()
+    assert 1700 in planned
+    assert cli("rollback")[0] == 0

@@ -59,6 +59,7 @@ class NothingApplied(RuntimeError):
 @dataclass
 class WatchStats:
     events: int = 0
+    forks_skipped: int = 0  # forks by a process that needs nothing: its copies, not planned
     lost: int = 0
     rescans: int = 0
     acted: int = 0
@@ -195,6 +196,9 @@ class Watcher:
             elif event.tgid not in self.pending:
                 self.renamed.add(event.tgid)
             if event.pid == event.tgid:
+                if event.kind == "fork" and self._a_copy_of_one_that_needs_nothing(event.parent_tgid):
+                    self.stats.forks_skipped += 1
+                    continue
                 self.pending.setdefault(event.tgid, event.timestamp_ns)
                 if event.kind == "fork":
                     self.forked_by[event.tgid] = event.parent_tgid
@@ -207,6 +211,15 @@ class Watcher:
                 due.pop(0)
             if not due:
                 del self.follow_ups[pid]
+
+    def _a_copy_of_one_that_needs_nothing(self, parent: int) -> bool:
+        """Whether a process forked by ``parent`` needs no planning of its own: until it execs,
+        renames itself or changes uid (events that plan it), a forked child is its parent's copy
+        (name, command line, user, cgroups), and the parent was found to need nothing, with no
+        event of its own since and no policy tuned-rl set that the child would inherit. A fork
+        storm's children (fork and exit, as fast as one process can) then cost an event each,
+        not a read of /proc; one that lives on is planned by the next rescan."""
+        return parent in self.unchanged and parent not in self.pending and parent not in self.policy_parents
 
     def act_on_pending(self) -> None:
         """Plan each pending process; take the lock only for those with something to do, and plan
