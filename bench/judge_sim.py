@@ -226,7 +226,15 @@ VERIFY = DEFAULT_VERIFY  # --block-windows and the like replace them
 SWITCHBACK = DEFAULT_VERIFY.switchback_settings()
 
 
-def switchback_step(source, settings: SwitchbackSettings, baseline: list[Window] | None, prior: NoisePrior):
+# The cost of switching: live, a block measured just after a change of arm read worse than one that
+# continued its arm, in either arm, with a step the canary cannot feel (bench/scenarios/null_write.py:
+# its slowest 0.1% x1.53 after 0.25 s of settling, x2.06 after 0.05 s). "switching cost" rows lengthen
+# every wait of such a block by SWITCHING_COST.
+SWITCHING_COST = 1.5
+
+
+def switchback_step(source, settings: SwitchbackSettings, baseline: list[Window] | None, prior: NoisePrior,
+                    switching: float = 1.0):
     """One step verified the switchback way, as the verifier does: a baseline block (or the last
     step's last block), then blocks in AB/BA pairs by a coin, settling only where the arm changes.
     Returns (outcome, seconds measured, its last block if it measured the host as the step left it,
@@ -242,10 +250,12 @@ def switchback_step(source, settings: SwitchbackSettings, baseline: list[Window]
         windows = [first] + [source.window(False) for _ in range(per_block - 1)]
     with_step, last_block, decision = False, [], None
     for block, arm in enumerate(arm_order(source.rng, settings.max_blocks), 1):
+        cost = 1.0
         if arm != with_step:
             source.skip(verify.settle_seconds)  # the change, and settling: dropped
-            with_step = arm
-        last_block = [dataclasses.replace(source.window(with_step), block=block) for _ in range(per_block)]
+            with_step, cost = arm, switching
+        last_block = [_switched(dataclasses.replace(source.window(with_step), block=block), cost)
+                      for _ in range(per_block)]
         windows = windows + last_block
         decision = look(windows, block, settings, prior)
         if decision.outcome is not None:
@@ -257,6 +267,10 @@ def switchback_step(source, settings: SwitchbackSettings, baseline: list[Window]
     return decision.outcome, source.clock - started, reuse, prior
 
 
+def _switched(window: Window, cost: float) -> Window:
+    return window if cost == 1.0 else dataclasses.replace(window, values=(window.values * cost).astype(np.int64))
+
+
 def fixed_step(source, settings: JudgeSettings):
     started = source.clock
     before = [source.window(False).values for _ in range(FIXED_WINDOWS)]
@@ -265,14 +279,15 @@ def fixed_step(source, settings: JudgeSettings):
     return judge(before, after, settings).outcome, source.clock - started, None
 
 
-def run_case(design: str, make_source, trials: int, steps: int = 1) -> tuple[float, float, float]:
+def run_case(design: str, make_source, trials: int, steps: int = 1, switching: float = 1.0
+             ) -> tuple[float, float, float]:
     """Share judged regression, share inconclusive (of all steps), median seconds per trial."""
     outcomes, seconds = [], []
     for trial in range(trials):
         source, baseline, started, prior = make_source(trial), None, 0.0, NO_PRIOR
         for _ in range(steps):
             if design == "switchback":
-                outcome, _, baseline, prior = switchback_step(source, SWITCHBACK, baseline, prior)
+                outcome, _, baseline, prior = switchback_step(source, SWITCHBACK, baseline, prior, switching)
             else:
                 outcome, _, _ = fixed_step(source, JudgeSettings())
             outcomes.append(outcome)
@@ -310,6 +325,7 @@ class Case:
     recording: str | None = None
     noisy_host: bool = False  # HOST_STALLS in both arms
     episodes: bool = False  # EPISODES in both arms
+    switching: float = 1.0  # every wait of a block measured just after a change times this (SWITCHING_COST)
 
 
 def cases(rates: list[int], recordings: list[str]) -> list[Case]:
@@ -344,6 +360,13 @@ def cases(rates: list[int], recordings: list[str]) -> list[Case]:
              Case(f"helper spins 5 ms every 0.5 s, {episodes}", Effect(spins=(5, 0.5)), episodes=True),
              Case(f"helper spins 3 ms every 1 s, {episodes}", Effect(spins=(3, 1.0)), episodes=True),
              Case(f"five harmless steps, {episodes}", NO_EFFECT, steps=5, episodes=True)]
+    cost = f"switching cost x{SWITCHING_COST:g}, bursty"
+    rows += [Case(f"A/A, {cost}", NO_EFFECT, switching=SWITCHING_COST),
+             Case(f"2x regression, {cost}", Effect(scale=2.0), switching=SWITCHING_COST),
+             Case(f"1.2x (at the tolerance), {cost}", Effect(scale=1.2), switching=SWITCHING_COST),
+             Case(f"helper spins 5 ms every 0.5 s, {cost}", Effect(spins=(5, 0.5)), switching=SWITCHING_COST),
+             Case(f"helper spins 3 ms every 1 s, {cost}", Effect(spins=(3, 1.0)), switching=SWITCHING_COST),
+             Case(f"five harmless steps, {cost}", NO_EFFECT, steps=5, switching=SWITCHING_COST)]
     for path in recordings:
         name = path.rsplit("/", 1)[-1]
         rows += [Case(f"A/A, {name}", NO_EFFECT, recording=path), Case(f"2x regression, {name}", Effect(scale=2.0),
@@ -383,7 +406,7 @@ def run_row(job: "tuple[Case, str, int, int, float]") -> str:
     else:
         make = lambda trial: SyntheticSource(rng, case.rate, case.drift, case.effect, window_seconds,  # noqa: E731
                                              noisy_host=case.noisy_host, episodes=case.episodes)
-    share, undecided, seconds = run_case(design, make, trials, case.steps)
+    share, undecided, seconds = run_case(design, make, trials, case.steps, case.switching)
     rate = "rec" if case.recording else str(case.rate)
     ratio = "" if case.steps > 1 else f"x{p999_ratio(case, seed, loaded):.2f}"
     return (f"{design:<11} {rate:>6}  {case.label:<46} {ratio:>7} {share:>10.1%} {undecided:>12.1%} {seconds:>8.0f}"
