@@ -40,10 +40,9 @@ from __future__ import annotations
 
 import re
 
-from tuned_rl import Change, CpuList, Key, Map, Problem, Step, Table, hookimpl
-from tuned_rl.host import format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask
-from tuned_rl.core.kinds import cgroup_settings
-from tuned_rl.measure.targets import named_workload_problem, workload_for_step
+from tuned_rl import (Change, CpuList, Key, Map, Problem, Step, Table, cgroup_settings, format_cpu_list,
+                     format_cpu_mask, hookimpl, is_target_process, named_workload_problem, parse_cpu_list,
+                     parse_cpu_mask, target_from_table, workload_for_step)
 from tuned_rl_plugins import cpu_split as split_cpus
 
 WORKLOAD = "tuned-rl-workload"
@@ -163,7 +162,6 @@ def tuned_rl_plan_process(profile, host, process):
 
 
 def _is_workload(host, target_table: dict, process) -> bool:
-    from tuned_rl.measure.targets import is_target_process, target_from_table
     return is_target_process(host, target_from_table(target_table)[0], process)
 
 

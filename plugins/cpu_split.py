@@ -3,8 +3,7 @@ housekeeping CPUs for everything else. Not a plugin: a helper both import."""
 
 from __future__ import annotations
 
-from tuned_rl import CpuList, Key, Problem
-from tuned_rl.host import format_cpu_list, parse_cpu_list
+from tuned_rl import CpuList, Key, Problem, format_cpu_list, parse_cpu_list
 
 TABLES = ("irq_isolation", "cpu_isolation")
 

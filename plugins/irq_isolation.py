@@ -27,9 +27,8 @@ import errno
 import os
 import re
 
-from tuned_rl import Change, Key, Step, Table, hookimpl
-from tuned_rl.core.kinds import CpuListFile, Refused
-from tuned_rl.host import format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask
+from tuned_rl import (Change, CpuListFile, Key, Refused, Step, Table, format_cpu_list, format_cpu_mask, hookimpl,
+                     parse_cpu_list, parse_cpu_mask)
 from tuned_rl_plugins import cpu_split as split_cpus
 
 DEFAULT_AFFINITY = "/proc/irq/default_smp_affinity"

@@ -44,13 +44,10 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from tuned_rl import Change, Key, Kind, Problem, Step, Table, hookimpl
-from tuned_rl.host import format_cpu_list, parse_cpu_list
-from tuned_rl.host import printable
-from tuned_rl.host.numa import NumaError, node_of, page_shares, topology
-from tuned_rl.host.shared_memory import (SEGMENT_NAME, SHM_DIRECTORY, SegmentGone, mapped_segments, parse_policy,
-                                         resident_pages)
-from tuned_rl.measure.targets import is_target_process, target_from_table, user_id, workload_for_step
+from tuned_rl import (Change, Key, Kind, NumaError, Problem, SEGMENT_NAME, SHM_DIRECTORY, SegmentGone, Step, Table,
+                     format_cpu_list, hookimpl, is_target_process, mapped_segments, node_of, page_shares,
+                     parse_cpu_list, parse_policy, printable, resident_pages, target_from_table, topology, user_id,
+                     workload_for_step)
 
 UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]+\.service$")
 DROP_IN = "tuned-rl-numa.conf"

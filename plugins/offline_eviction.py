@@ -34,15 +34,11 @@ forked inside one meanwhile goes back to where its parent is by then).
 from __future__ import annotations
 
 import functools
-import os
 import re
 
-from tuned_rl import Change, CpuList, Key, Problem, Step, Table, ValueType, hookimpl
-from tuned_rl.core.kinds import CgroupDir, cgroup_settings
-from tuned_rl.host import format_cpu_list, parse_cpu_list
-from tuned_rl.host.processes import parse_cgroup_file
-from tuned_rl.measure.targets import (TargetError, is_target_process, target_from_table, target_processes,
-                                      unit_cgroup)
+from tuned_rl import (CgroupDir, Change, CpuList, Key, Problem, Step, Table, TargetError, ValueType, cgroup_settings,
+                     family, format_cpu_list, hookimpl, in_family, is_target_process, parse_cgroup_file,
+                     parse_cpu_list, target_from_table, target_processes, unit_cgroup)
 
 OFFLINE = "tuned-rl-offline"
 MATCH_KEYS = ("name", "cmdline", "user", "cgroup", "unit")
@@ -228,7 +224,7 @@ def tuned_rl_plan_process(profile, host, process):
     if why is None:
         return None
     target = profile.get("target")
-    if _is_ours(host, process) or target and not target.get("canary") and is_target_process(
+    if in_family(host, process) or target and not target.get("canary") and is_target_process(
             host, target_from_table(target)[0], process):
         return None
     jobs = [process] + [p for p in _descendants(host, process.pid) if not p.kernel_thread]
@@ -312,38 +308,11 @@ def _descendants(host, pid: int) -> list:
     return found
 
 
-def _is_ours(host, process) -> bool:
-    """tuned-rl itself, one of its ancestors, or one of its descendants (walking up from ``process``)."""
-    if not host.is_live:
-        return False
-    pid, steps = process.pid, 0
-    while pid > 1 and steps < 64:
-        if pid == os.getpid():
-            return True
-        try:
-            pid = host.process(pid).ppid
-        except LookupError:
-            return False
-        steps += 1
-    return process.pid in _ancestors(host)
-
-
-def _ancestors(host) -> set[int]:
-    pids, pid = set(), os.getpid()
-    while pid > 1 and pid not in pids:
-        pids.add(pid)
-        try:
-            pid = host.process(pid).ppid
-        except LookupError:
-            break
-    return pids
-
-
 def match_jobs(host, matchers: list[dict], target_table: dict | None) -> tuple[list, list]:
     """(matched processes with why, spared processes with why), each a list of (ProcessInfo, str)."""
     target = _target_tgids(host, target_table)
     processes = host.processes()
-    ours = _own_processes(host, processes)
+    ours = family(host, processes)
     units = {m["unit"]: _unit_relative(host, m["unit"]) for m in matchers if "unit" in m}
     user_name = functools.lru_cache(maxsize=None)(host.user_name)  # /etc/passwd once, not per process
     matched, spared = [], []
@@ -425,24 +394,6 @@ def _kernel_at_least(host, version: tuple[int, int]) -> bool:
         return tuple(int(x) for x in re.findall(r"\d+", release)[:2]) >= version
     except (OSError, ValueError):
         return False
-
-
-def _own_processes(host, processes: list) -> set[int]:
-    """tuned-rl's own process, its ancestors (the shell or agent that runs it) and its descendants
-    (its canary and helpers), by pid: never by command line, which any job can make say "tuned-rl"."""
-    if not host.is_live:
-        return set()
-    pids = _ancestors(host)
-    children: dict[int, list[int]] = {}
-    for process in processes:
-        children.setdefault(process.ppid, []).append(process.pid)
-    below = [os.getpid()]
-    while below:
-        for child in children.get(below.pop(), []):
-            if child not in pids:
-                pids.add(child)
-                below.append(child)
-    return pids
 
 
 def _unit_relative(host, unit: str) -> str | None:

@@ -21,8 +21,8 @@ workload again a moment after its start: threads that turn real-time during star
 
 from __future__ import annotations
 
-from tuned_rl import Change, Key, Step, Table, hookimpl
-from tuned_rl.measure.targets import is_target_process, named_workload_problem, target_from_table, workload_for_step
+from tuned_rl import (Change, Key, Step, Table, hookimpl, is_target_process, named_workload_problem,
+                     target_from_table, workload_for_step)
 
 REAL_TIME = ("SCHED_FIFO", "SCHED_RR")
 

@@ -16,8 +16,9 @@ except ModuleNotFoundError:
 
 from tuned_rl.core.plugin_host import load_plugins
 from tuned_rl.diagnose import facts
+from tuned_rl.measure import holder_lookup
 from tuned_rl.diagnose.findings import Evidence, find_causes
-from tuned_rl.diagnose.holders import HolderInfo, rank
+from tuned_rl.measure.holders import HolderInfo, rank
 from tuned_rl.diagnose.profile_writer import write_profile
 from tuned_rl.diagnose.run import replay
 from tuned_rl.measure.probes.attribution import Attribution, HeldRecord, TailRecord, bucket_lower_ns, bucket_of
@@ -275,9 +276,9 @@ def test_bare_metal_is_not_called_a_virtual_machine(tree):
 def test_interrupts_between_two_readings_count_the_target_cpus_only(tree):
     head = "           CPU0       CPU1\n"
     tree.set("/proc/interrupts", head + " 36:  10  20  PCI-MSIX  virtio0-input\nLOC:  5  5  Local timer\n")
-    before = facts.interrupt_counts(tree.host)
+    before = holder_lookup.interrupt_counts(tree.host)
     tree.set("/proc/interrupts", head + " 36:  15  120  PCI-MSIX  virtio0-input\nLOC:  9  5  Local timer\n")
-    rows = facts.interrupts_between(before, facts.interrupt_counts(tree.host), {1})
+    rows = facts.interrupts_between(before, holder_lookup.interrupt_counts(tree.host), {1})
     assert rows == [{"irq": "36", "name": "virtio0-input", "count": 100, "per_cpu": {"1": 100}, "movable": True}]
 
 

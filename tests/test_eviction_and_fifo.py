@@ -262,11 +262,11 @@ def test_a_job_whose_command_line_says_tuned_rl_is_evicted_like_any_other(host_t
 
 def test_tuned_rl_its_parents_and_its_children_are_spared_by_pid():
     from tuned_rl.host import Host
-    from tuned_rl_plugins.offline_eviction import _own_processes
+    from tuned_rl import family
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         host = Host()
-        ours = _own_processes(host, host.processes())
+        ours = family(host, host.processes())
         assert {os.getpid(), os.getppid(), child.pid} <= ours and 1 not in ours
     finally:
         child.kill()

@@ -92,7 +92,7 @@ def test_live_kernel_threads_are_flagged():
 
 
 def test_a_command_line_is_read_and_matched_on_its_first_4_kib_only(tree):
-    from tuned_rl.host.host import CMDLINE_LIMIT
+    from tuned_rl.host.tasks import CMDLINE_LIMIT
     tree.add_process(700, "python3", (701,), cmdline="python " * 500_000 + "serve")  # 3.5 MB
     comm, cmdline = tree.host.process_names(700)
     assert len(cmdline.encode()) <= CMDLINE_LIMIT and cmdline.startswith("python python")

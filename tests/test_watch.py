@@ -562,7 +562,7 @@ def test_a_process_whose_proc_files_vanish_while_it_is_planned_is_gone_not_a_cra
     """A workload process that exits between two reads of /proc: the read raises FileNotFoundError;
     watch takes it as gone (no event) and goes on to the job that started with it."""
     import shutil
-    from tuned_rl.host import host as host_module
+    from tuned_rl.host import process_table as host_module
     assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
     real = host_module.read_process
 

@@ -62,9 +62,16 @@ managed IRQ's affinity) has that change left out and named in the step's notes.
 import pluggy
 
 from tuned_rl.core.changes import Change, Step
-from tuned_rl.core.kinds import Kind
+from tuned_rl.core.kinds import CgroupDir, CpuListFile, Kind, Refused, cgroup_settings
 from tuned_rl.core.plugin_api import PLUGIN_API_VERSION
-from tuned_rl.host import Host, ProcessInfo, Task
+from tuned_rl.host import Host, ProcessInfo, Task, format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask, printable
+from tuned_rl.host.numa import NumaError, node_of, page_shares, topology
+from tuned_rl.host.processes import parse_cgroup_file
+from tuned_rl.host.shared_memory import (SEGMENT_NAME, SHM_DIRECTORY, SegmentGone, mapped_segments, parse_policy,
+                                         resident_pages)
+from tuned_rl.measure.targets import (TargetError, is_target_process, named_workload_problem, target_from_table,
+                                      target_processes, unit_cgroup, user_id, workload_for_step)
+from tuned_rl.measure.tuned_rl_processes import family, in_family, runs_tuned_rl
 from tuned_rl.profiles.loader import Profile
 from tuned_rl.profiles.schema import CgroupPath, CpuList, Key, Map, Problem, Regex, Table, ValueType
 
@@ -72,6 +79,19 @@ __version__ = "0.2.0"
 
 hookimpl = pluggy.HookimplMarker("tuned_rl")
 
-__all__ = ["PLUGIN_API_VERSION", "CgroupPath", "Change", "CpuList", "Host", "Key", "Kind", "Map", "ProcessInfo",
-           "Problem", "Profile",
-           "Regex", "Step", "Table", "Task", "ValueType", "hookimpl"]
+__all__ = [
+    # a plugin's tables, plan and hooks
+    "PLUGIN_API_VERSION", "CgroupPath", "Change", "CpuList", "Key", "Kind", "Map", "Problem", "Profile", "Regex",
+    "Step", "Table", "ValueType", "hookimpl",
+    # kinds of change a plugin builds on
+    "CgroupDir", "CpuListFile", "Refused", "cgroup_settings",
+    # the host as plugins read it
+    "Host", "ProcessInfo", "Task", "format_cpu_list", "format_cpu_mask", "parse_cgroup_file", "parse_cpu_list",
+    "parse_cpu_mask", "printable",
+    # NUMA nodes and shared-memory segments
+    "NumaError", "SEGMENT_NAME", "SHM_DIRECTORY", "SegmentGone", "mapped_segments", "node_of", "page_shares",
+    "parse_policy", "resident_pages", "topology",
+    # the target: the workload and its processes, and tuned-rl's own
+    "TargetError", "family", "in_family", "is_target_process", "named_workload_problem", "runs_tuned_rl",
+    "target_from_table", "target_processes", "unit_cgroup", "user_id", "workload_for_step",
+]

@@ -467,7 +467,7 @@ COMMANDS = {"apply": cmd_apply, "watch": cmd_watch, "rollback": cmd_rollback, "s
 
 def _may_change(host: Host, command: str) -> bool:
     """Changing the live host needs root: say so before anything is touched."""
-    if host.is_live and os.geteuid() != 0:
+    if host.moved_root is None and os.geteuid() != 0:
         print(f"tuned-rl: {command} needs root (it changes kernel settings and tasks of other users); nothing "
               "was changed. `tuned-rl apply --dry-run` shows a plan without root.", file=sys.stderr)
         return False
@@ -476,8 +476,8 @@ def _may_change(host: Host, command: str) -> bool:
 
 def _say_what_test_hooks_change(host: Host) -> None:
     """The variables the tests use change what a run writes: never let one steer a run silently."""
-    if not host.is_live:
-        print(f"tuned-rl: TUNED_RL_HOST_ROOT={host.root}: reading and writing the tree there, not this host's "
+    if host.moved_root is not None:
+        print(f"tuned-rl: TUNED_RL_HOST_ROOT={host.moved_root}: reading and writing the tree there, not this host's "
               "/proc and /sys", file=sys.stderr)
     if os.environ.get("TUNED_RL_PAUSE_AT"):
         print(f"tuned-rl: TUNED_RL_PAUSE_AT={os.environ['TUNED_RL_PAUSE_AT']}: this process will stop itself "

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pluggy
 
-from tuned_rl.core.changes import Step
-from tuned_rl.core.kinds import Kind
-from tuned_rl.host import Host, ProcessInfo
-from tuned_rl.profiles.loader import Profile
-from tuned_rl.profiles.schema import Problem, Table
+if TYPE_CHECKING:  # the hooks' types only: plugins and the core both import this module
+    from tuned_rl.core.changes import Step
+    from tuned_rl.core.kinds import Kind
+    from tuned_rl.host import Host, ProcessInfo
+    from tuned_rl.profiles.loader import Profile
+    from tuned_rl.profiles.schema import Problem, Table
 
 hookspec = pluggy.HookspecMarker("tuned_rl")
 

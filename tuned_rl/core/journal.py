@@ -36,7 +36,8 @@ from tuned_rl.core.changes import Change
 from tuned_rl.core.kinds import UnknownKind
 from tuned_rl.core.outcomes import Outcome
 from tuned_rl.core.state_dir import ensure_private_dir
-from tuned_rl.host.host import Task, write_whole
+from tuned_rl.host.durable import fsync_directory, replace_durably, write_whole
+from tuned_rl.host.tasks import Task
 
 DEFAULT_STATE_DIR = "/var/lib/tuned-rl"
 FORMAT = 2
@@ -206,7 +207,7 @@ class Journal:
 
     def remove(self, record: StepRecord) -> None:
         record.path.unlink(missing_ok=True)
-        _fsync_dir(self.directory)
+        fsync_directory(self.directory)
 
     def compact(self, alive: Callable[[Task], bool]) -> list[StepRecord]:
         """Remove watch's records whose every change is of a task that has exited (``alive`` False:
@@ -219,14 +220,14 @@ class Journal:
         for record in done:
             record.path.unlink(missing_ok=True)
         if done:
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
         return done
 
     def finish(self) -> None:
         """Forget the applied profile once every record is gone."""
         if self._exists() and not self._record_paths():
             (self.directory / "applied.json").unlink(missing_ok=True)
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
 
     def move_aside(self) -> Path:
         """Move the whole journal to ``stale/<time>`` (for records of an earlier boot)."""
@@ -251,7 +252,7 @@ class Journal:
         target.mkdir(mode=0o700)
         for path in paths:
             os.replace(path, target / path.name)
-        _fsync_dir(self.directory)
+        fsync_directory(self.directory)
         return target
 
     def note_watch(self, note: dict) -> None:
@@ -371,25 +372,5 @@ def _read_nofollow(path: Path) -> str:
 
 
 def _write_durably(path: Path, text: str) -> None:
-    """Write, fsync, rename over ``path``, fsync the directory: all or nothing on disk."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        write_whole(fd, text.encode())  # a short write (a nearly full disk) is an error, never a torn record
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """All or nothing on disk, readable by root only (a record names other users' tasks)."""
+    replace_durably(path, text.encode(), 0o600, ".tmp")

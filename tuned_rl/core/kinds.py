@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, ClassVar, Union
 
 from tuned_rl.host import SCHED_POLICIES, Host, TaskGone, parse_cpu_list, parse_cpu_mask
-from tuned_rl.host.host import IOPRIO_CLASSES
+from tuned_rl.host.task_calls import IOPRIO_CLASSES
 
 if TYPE_CHECKING:
     from tuned_rl.core.changes import Change

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from tuned_rl.core.phases import PHASES
 from tuned_rl.core.plugin_api import PLUGIN_API_VERSION
 from tuned_rl.core.plugin_host import PluginHost
-from tuned_rl.core.report import RendersJson, format_table
+from tuned_rl.rendering import RendersJson, format_table
 
 
 @dataclass

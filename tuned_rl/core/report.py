@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
 from tuned_rl.core.outcomes import Outcome
 from tuned_rl.host.untrusted import printable
 from tuned_rl.measure.stats import format_us
+from tuned_rl.rendering import RendersJson, format_table
 
 OUTCOMES = tuple(Outcome)  # every outcome a step can have, in the order reports count them
 
@@ -60,16 +60,6 @@ class StepReport:
         if self.blocks:
             data["blocks"] = self.blocks
         return data
-
-
-class RendersJson:
-    """A report whose ``to_dict()`` is its stable JSON: ``to_json()`` writes it as every command does."""
-
-    def to_dict(self) -> dict:
-        raise NotImplementedError
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
 
 
 @dataclass
@@ -181,17 +171,6 @@ def _value(value: str | None) -> str:
         return "(absent)"
     first, _, rest = value.partition("\n")
     return first.replace("\t", " ") + (" ..." if rest.strip() else "")  # one table row per change
-
-
-def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    """Left-aligned columns, the last one left ragged. Every cell is printed with its control and
-    format characters escaped: a process name or cgroup holding a newline or a terminal escape
-    cannot hide a row, or forge one, in a table a reviewer reads."""
-    header = tuple(printable(cell) for cell in header)
-    rows = [tuple(printable(cell) for cell in row) for row in rows]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
-    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip()
-            for row in [header, *rows]]
 
 
 def to_diff(report: Report) -> str:

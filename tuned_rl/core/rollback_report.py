@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tuned_rl.core.change_rows import RestoredChange, for_people
 from tuned_rl.core.outcomes import Restore
-from tuned_rl.core.report import RendersJson, format_table
+from tuned_rl.rendering import RendersJson, format_table
 
 
 @dataclass

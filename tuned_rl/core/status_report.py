@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from tuned_rl.core.change_rows import ChangeStatus, for_people, shown
 from tuned_rl.core.outcomes import State
-from tuned_rl.core.report import RendersJson, format_table
+from tuned_rl.rendering import RendersJson, format_table
 from tuned_rl.host.untrusted import printable
 from tuned_rl.measure.stats import format_us
 

@@ -1,6 +1,6 @@
 """What diagnose reads of the host besides the probe: the machine (virtual or not, its topology),
-steal time, interrupt counts, the target's threads and their RT budgets, where the target's memory
-is, and who each holder is. Everything through the host object, so a test reads a tree.
+steal time, interrupts raised between two readings, the target's threads and their RT budgets, where the target's memory
+is. Everything through the host object, so a test reads a tree.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from tuned_rl.host import Host
 from tuned_rl.host.cpus import parse_cpu_list
-from tuned_rl.host.host import TaskGone
+from tuned_rl.host.tasks import TaskGone
 from tuned_rl.host.numa import page_shares, topology
-from tuned_rl.diagnose.holders import HolderInfo
+from tuned_rl.measure.holder_lookup import cpu_cgroup
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -92,24 +92,6 @@ def steal_ms(host: Host) -> dict[int, float]:
     return found
 
 
-def interrupt_counts(host: Host) -> dict[str, tuple[str, list[int]]]:
-    """/proc/interrupts: per line ("36", "NMI", ...), its name and its count per CPU column."""
-    lines = host.read("/proc/interrupts").splitlines()
-    columns = len(lines[0].split()) if lines else 0
-    found = {}
-    for line in lines[1:]:
-        label, _, rest = line.partition(":")
-        fields = rest.split()
-        counts = [int(f) for f in fields[:columns] if f.isdigit()]
-        found[label.strip()] = (" ".join(fields[len(counts):]), counts)
-    return found
-
-
-def irq_names(counts: dict[str, tuple[str, list[int]]]) -> dict[int, str]:
-    """IRQ number -> its device name (the last word of its /proc/interrupts line)."""
-    return {int(label): (name.split()[-1] if name else "") for label, (name, _) in counts.items() if label.isdigit()}
-
-
 def interrupts_between(before: dict, after: dict, cpus: set[int]) -> list[dict]:
     """Interrupts each line raised on ``cpus`` between two readings, most first."""
     rows = []
@@ -123,21 +105,6 @@ def interrupts_between(before: dict, after: dict, cpus: set[int]) -> list[dict]:
                          "per_cpu": {str(c): n for c, n in sorted(raised.items())},
                          "movable": label.isdigit()})
     return sorted(rows, key=lambda r: -r["count"])
-
-
-def holder_info(host: Host, pid: int, target_pids: set[int], own_pids: set[int]) -> HolderInfo | None:
-    try:
-        process = host.process(pid)
-    except TaskGone:
-        return None
-    cgroup = cpu_cgroup(process.cgroups) or process.cgroups.get("", "")
-    return HolderInfo(pid, process.comm, process.cmdline, host.user_name(process.uid), cgroup, process.sched,
-                      process.kernel_thread, pid in target_pids, pid in own_pids, process.fixed_affinity)
-
-
-def cpu_cgroup(cgroups: dict[str, str]) -> str:
-    """A task's cgroup in the v1 hierarchy holding the cpu controller ("" without one)."""
-    return next((path for key, path in cgroups.items() if "cpu" in key.split(",")), "")
 
 
 @dataclass

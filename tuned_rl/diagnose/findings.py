@@ -10,10 +10,10 @@ import re
 from dataclasses import dataclass, field
 
 from tuned_rl.diagnose.facts import Machine, RtBudget, TargetThread
-from tuned_rl.diagnose.holders import Holder, Ranking
+from tuned_rl.measure.holders import Holder, Ranking
 from tuned_rl.host import printable
 from tuned_rl.host.cpus import format_cpu_list, parse_cpu_list
-from tuned_rl.host.host import CMDLINE_LIMIT
+from tuned_rl.host.tasks import CMDLINE_LIMIT
 from tuned_rl.measure.probes.migrations import ThreadMoves
 
 REAL_TIME = ("SCHED_FIFO", "SCHED_RR")

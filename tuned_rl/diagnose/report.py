@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tuned_rl.core.report import format_table
+from tuned_rl.rendering import format_table
 from tuned_rl.measure.probes.ioctl import format_times as format_ioctl
 from tuned_rl.measure.stats import format_us
 

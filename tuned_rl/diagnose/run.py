@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tuned_rl.diagnose import facts
+from tuned_rl.measure import holder_lookup
 from tuned_rl.diagnose.findings import Evidence, Finding, find_causes
-from tuned_rl.diagnose.holders import HolderInfo, Ranking, rank
+from tuned_rl.measure.holders import HolderInfo, Ranking, rank
 from tuned_rl.host import Host
 from tuned_rl.measure.canary import CanarySpec
 from tuned_rl.measure.measurement import attach_probe
@@ -66,7 +67,7 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
     """
     if target.kind != "canary" and not resolve_tids(host, target):
         raise TargetError(f"{target} has no threads now: start the workload first (diagnose measures it as it runs)")
-    interrupts_before, steal_before = facts.interrupt_counts(host), facts.steal_ms(host)
+    interrupts_before, steal_before = holder_lookup.interrupt_counts(host), facts.steal_ms(host)
     with ExitStack() as stack:
         attached = attach_probe(stack, host, target, "bpf", canary, probe_class=AttributingProbe)
         timer, tid_source, ioctl_figures = _ioctl_timer(stack, host, target, ioctl, attached)
@@ -91,7 +92,7 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
                                   "or the kernel skipped a run)")
         if timer is not None:
             ioctl_figures = timer.times().to_dict()
-        steal_after, interrupts_after = facts.steal_ms(host), facts.interrupt_counts(host)
+        steal_after, interrupts_after = facts.steal_ms(host), holder_lookup.interrupt_counts(host)
         # Who each holder and target thread is, read while they still run (a canary stops with the stack).
         threads = facts.target_threads(host, attached.tid_source() | seen)
         target_pids = {t.pid for t in threads}
@@ -104,7 +105,7 @@ def diagnose(host: Host, target: Target, seconds: float, canary: CanarySpec | No
     recording = {
         "target": str(target), "attribution": attribution.to_dict(),
         "holders": {str(pid): vars(info) for pid, info in infos.items()},
-        "irq_names": {str(k): v for k, v in facts.irq_names(interrupts_after).items()},
+        "irq_names": {str(k): v for k, v in holder_lookup.irq_names(interrupts_after).items()},
         "latency": {**attribution.latency_summary(), "lost": lost, "seconds": round(elapsed, 2)},
         "target_threads": [vars(t) for t in threads], "online_cpus": sorted(host.online_cpus()),
         "machine": facts.machine(host).to_dict(),
@@ -176,7 +177,7 @@ def _holder_infos(host: Host, attribution: Attribution, target_pids: set[int], o
             continue
         pid = int(attribution.names.get(record.id, {}).get("tgid") or record.id)
         if pid not in infos:
-            info = facts.holder_info(host, pid, target_pids, own)
+            info = holder_lookup.holder_info(host, pid, target_pids, own)
             if info is not None:
                 infos[pid] = info
     return infos

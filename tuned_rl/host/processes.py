@@ -12,12 +12,13 @@ setters act on a bare pid. What it would parse here is three files.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tuned_rl.host.tasks import CMDLINE_LIMIT, Task
+
 if TYPE_CHECKING:
-    from tuned_rl.host.host import Host, Task
+    from tuned_rl.host.host import Host
 
 # /proc/<pid>/stat flags (include/linux/sched.h)
 PF_KTHREAD = 0x00200000
@@ -60,8 +61,7 @@ class ProcessInfo:
         return self.pid == self.tgid
 
     @property
-    def task(self) -> "Task":
-        from tuned_rl.host.host import Task
+    def task(self) -> Task:
         return Task(self.pid, self.start_time, self.comm)
 
     @property
@@ -82,7 +82,6 @@ def parse_stat(text: str) -> tuple[str, list[str]]:
 def read_cmdline(host: "Host", base: str) -> str:
     """The command line under ``base`` ("/proc/PID"), arguments joined by spaces: its first
     CMDLINE_LIMIT bytes only."""
-    from tuned_rl.host.host import CMDLINE_LIMIT
     return host.read_prefix(f"{base}/cmdline", CMDLINE_LIMIT).replace(b"\0", b" ").decode(errors="replace").strip()
 
 
@@ -116,10 +115,9 @@ def read_signature(host: "Host", pid: int) -> bytes:
     time (stat), its user ids and allowed CPUs (status), its cgroups, and the start of its command
     line. Equal signatures: nothing a rule depends on changed, so a rescan need not plan it again.
     Raises ProcessVanished."""
-    from tuned_rl.host.host import CMDLINE_LIMIT
     base = f"/proc/{int(pid)}"
     # One read() of each: a short read only makes the signature differ, and the process planned.
-    read = _read_once if host.is_live else host.read_prefix  # a tree: through the host, which a test may map
+    read = host.read_once  # one read() on the live host; a tree's through the host, which a test may map
     try:
         stat = read(f"{base}/stat", 4096)
         status = read(f"{base}/status", 1 << 16)
@@ -132,14 +130,6 @@ def read_signature(host: "Host", pid: int) -> bytes:
     start_time = fields[19] if len(fields) > 19 else b""
     return b"\0".join((stat[:close + 1], start_time, _status_line(status, b"\nUid:"),
                        _status_line(status, b"\nCpus_allowed_list:"), cgroup, cmdline))
-
-
-def _read_once(path: str, limit: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
 
 
 def _status_line(status: bytes, key: bytes) -> bytes:

@@ -26,7 +26,7 @@ import stat
 from dataclasses import dataclass
 
 from tuned_rl.host.cpus import format_cpu_list, parse_cpu_list
-from tuned_rl.host.host import TaskGone
+from tuned_rl.host.tasks import TaskGone
 from tuned_rl.host.numa import node_mask
 from tuned_rl.host.syscalls import _libc, syscall
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuned_rl.core.report import RendersJson, format_table
+from tuned_rl.rendering import RendersJson, format_table
 from tuned_rl.measure.measurement import Measurement
 from tuned_rl.measure.probes.ioctl import format_times
 from tuned_rl.measure.stats import format_us

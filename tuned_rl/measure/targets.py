@@ -11,7 +11,6 @@ names each such look-alike with its user.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 
 from tuned_rl.host import SCHED_POLICIES, Host, TaskGone, printable
 from tuned_rl.measure.canary import CanarySpec
+from tuned_rl.measure.tuned_rl_processes import is_this_process, runs_tuned_rl
 from tuned_rl.profiles.schema import CpuList, Key, Problem, Regex, Table
 
 KINDS = ("pid", "name", "cgroup", "unit", "canary")
@@ -183,10 +183,10 @@ def is_target_process(host: Host, target: Target, process) -> bool:
     if target.kind == "pid":
         return process.tgid == int(target.value)
     if target.kind == "name":
-        if process.pid == os.getpid():
+        if is_this_process(host, process.pid):
             return False
         pattern = re.compile(target.value)
-        if not (pattern.search(process.comm) or pattern.search(process.cmdline)) or is_tuned_rl_command(process.cmdline):
+        if not (pattern.search(process.comm) or pattern.search(process.cmdline)) or runs_tuned_rl(process.cmdline):
             return False
         try:
             return _why_not(host, target, process.pid, process.uids, _allowed_uids(host, target)) is None
@@ -275,31 +275,20 @@ def user_id(host: Host, user: str) -> int | None:
     return 0 if user == "root" else host.user_id(user)
 
 
-def is_tuned_rl_command(cmdline: str) -> bool:
-    """Whether a command line runs tuned-rl (``tuned-rl ...``, ``python3 -m tuned_rl.cli ...``): a
-    `tuned-rl measure --target name:X` holds X, but is never part of the target X (`tuned-rl watch`
-    would place it on the workload's CPUs). Passing for tuned-rl only keeps a process out of a target."""
-    words = cmdline.split(" ", 3) + ["", ""]
-    if os.path.basename(words[0]) == "tuned-rl":
-        return True
-    return os.path.basename(words[0]).startswith("python") and (
-        os.path.basename(words[1]) == "tuned-rl" or words[1:3] == ["-m", "tuned_rl.cli"])
-
-
 def name_matches(host: Host, target: Target) -> tuple[list[int], list[tuple[int, str, str]]]:
     """(the pids a name target matches, its look-alikes): processes whose comm or command line
     match, split by whether they are the target (_why_not: the target's users, the host's pid
     namespace unless ``containers``, ``within``). A look-alike is (pid, comm, why not). tuned-rl itself is neither (its command line holds the pattern), nor is
-    any tuned-rl command (is_tuned_rl_command)."""
+    any tuned-rl command (runs_tuned_rl)."""
     pattern = re.compile(target.value)
     allowed = _allowed_uids(host, target)
     matched, lookalikes = [], []
     for pid in host.pids():
-        if pid == os.getpid():
+        if is_this_process(host, pid):
             continue
         try:
             comm, cmdline = host.process_names(pid)  # not host.process(): this runs for every pid, every rescan
-            if not (pattern.search(comm) or pattern.search(cmdline)) or is_tuned_rl_command(cmdline):
+            if not (pattern.search(comm) or pattern.search(cmdline)) or runs_tuned_rl(cmdline):
                 continue
             uids = host.process_uids(pid)
             why = _why_not(host, target, pid, uids, allowed)

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from tuned_rl.diagnose import facts
-from tuned_rl.diagnose.holders import SOFTIRQ_NAMES, rank
+from tuned_rl.measure import holder_lookup
+from tuned_rl.measure.holders import SOFTIRQ_NAMES, rank
 from tuned_rl.host import Host, TaskGone, printable
 from tuned_rl.measure.probes.attribution import AttributedWait, AttributingProbe
 from tuned_rl.measure.probes.base import ProbeError
@@ -119,7 +119,7 @@ class Telemetry:
             self.attributing = None
             self.notes.append(f"alarms cannot name what held the CPU here: {err}")
         try:
-            self._irq_names = facts.irq_names(facts.interrupt_counts(self.host))
+            self._irq_names = holder_lookup.irq_names(holder_lookup.interrupt_counts(self.host))
         except OSError:  # no /proc/interrupts: an interrupt holder is then named by its number only
             self._irq_names = {}
         self._next_read = self.clock() + READ_S
@@ -299,7 +299,7 @@ class Telemetry:
                         policy=POLICY_NAMES.get(name.get("policy"), str(name.get("policy", ""))))
             if held["pid"] in self.pids:
                 held["role"] = "target"
-            info = facts.holder_info(self.host, held["pid"], self.pids, {os.getpid()})
+            info = holder_lookup.holder_info(self.host, held["pid"], self.pids, {os.getpid()})
             if info is not None:
                 held.update(cgroup=printable(info.cgroup), user=printable(info.user), policy=info.policy or held["policy"],
                             cmdline=printable(info.cmdline[:200]), kernel_thread=info.kernel_thread)
@@ -324,7 +324,7 @@ class Telemetry:
                 if record.kind == "task":
                     pid = int(attribution.names.get(record.id, {}).get("tgid") or record.id)
                     if pid not in infos:
-                        info = facts.holder_info(self.host, pid, target_pids, {os.getpid()})
+                        info = holder_lookup.holder_info(self.host, pid, target_pids, {os.getpid()})
                         if info is not None:
                             infos[pid] = info
             ranking = rank(attribution, infos, self._irq_names)
@@ -361,8 +361,8 @@ def telemetry_factory(host: Host, emit: Callable[[dict], None], alarm_ms: float,
         table = profile.get("target")
         if not table or table.get("canary"):
             return "the profile's target is a canary: there is no workload to measure"
-        if not host.is_live:
-            return f"the host is the tree at {host.root}: the kernel's probe measures only this machine's tasks"
+        if host.moved_root is not None:
+            return f"the host is the tree at {host.moved_root}: the kernel's probe measures only this machine's tasks"
         target = target_from_table(table)[0]
         settings = TelemetrySettings(alarm_ms=alarm_ms, window_s=window_s, factor=factor)
         return Telemetry(host, target, settings, emit, applied.verified_p999_us())

@@ -26,7 +26,7 @@ from typing import Iterable
 
 import numpy as np
 
-from tuned_rl.core.report import format_table
+from tuned_rl.rendering import format_table
 from tuned_rl.host import Host
 from tuned_rl.measure.probes.base import ProbeError
 from tuned_rl.measure.probes.bpf import FINE_BUCKET_C, FINE_BUCKET_MIDDLES, recursion_misses

@@ -10,6 +10,7 @@ from typing import Iterable
 
 
 from tuned_rl.host import Host
+from tuned_rl.measure.tuned_rl_processes import runs_tuned_rl_as_root
 from tuned_rl.measure.probes.base import LatencyProbe, Obstacle, ProbeError, Waits, read_available, to_waits
 
 TRACING = "/sys/kernel/tracing"
@@ -217,13 +218,13 @@ def remove_leftover_instances(host: Host) -> list[str]:
 
 
 def _is_running_tuned_rl(host: Host, pid: int) -> bool:
+    """The instance's pid is this process, or still a tuned-rl run by root (whose instance it is)."""
     if pid == os.getpid():
         return True
     try:
-        process = host.process(pid)
+        return runs_tuned_rl_as_root(host.process(pid))
     except LookupError:
         return False
-    return "tuned_rl" in process.cmdline or "tuned-rl" in process.cmdline
 
 
 def _remove_instance(host: Host, instance: str) -> None:
