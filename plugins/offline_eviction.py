@@ -198,7 +198,7 @@ def tuned_rl_plan(profile, host):
     table = profile.get("offline_eviction")
     if table is None:
         return None
-    step = Step("offline_eviction", "evict offline jobs")
+    step = Step("offline_eviction", "evict offline jobs", verb="evicted")
     jobs, spared = match_jobs(host, table["match"], profile.get("target"))
     step.notes += [f"spared pid {p.pid} ({p.comm}): {why}" for p, why in spared]
     if not jobs:
@@ -228,7 +228,7 @@ def tuned_rl_plan_process(profile, host, process):
             host, target_from_table(target)[0], process):
         return None
     jobs = [process] + [p for p in _descendants(host, process.pid) if not p.kernel_thread]
-    step = Step("offline_eviction", f"evict offline job pid {process.pid} ({process.comm})")
+    step = Step("offline_eviction", f"evict offline job pid {process.pid} ({process.comm})", verb="evicted")
     step.notes.append(f"matched pid {process.pid} ({process.comm}): {why}")
     _plan_jobs(host, table, step, jobs)
     return [step]

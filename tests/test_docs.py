@@ -152,3 +152,20 @@ def test_every_file_a_doc_links_to_exists(doc):
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
     broken = [link for link in links if not link.startswith("http") and not (path.parent / link).exists()]
     assert not broken, broken
+
+
+def test_the_watch_event_table_is_the_enum():
+    """docs/watch.md lists every event watch emits, and no other: the table's first column against WatchEvent."""
+    from tuned_rl.watch.events import WatchEvent
+    text = (ROOT / "docs" / "watch.md").read_text()
+    table = text.split("| event | when |", 1)[1].split("\n\n", 1)[0]
+    documented = re.findall(r"^\| `([a-z-]+)` \|", table, re.M)
+    assert sorted(documented) == sorted(e.value for e in WatchEvent), set(documented) ^ {e.value for e in WatchEvent}
+    assert len(documented) == len(set(documented))
+
+
+def test_every_event_the_package_emits_is_a_watch_event():
+    """An event dict is built with a WatchEvent (or a step's verb through step_event), never a bare string."""
+    bare = [f"{path.relative_to(ROOT)}:{number}" for path in (ROOT / "tuned_rl").rglob("*.py")
+            for number, line in enumerate(path.read_text().splitlines(), 1) if re.search(r'"event": "', line)]
+    assert not bare, bare

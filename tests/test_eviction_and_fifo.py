@@ -217,7 +217,7 @@ def test_a_thread_started_by_a_thread_held_off_fifo_is_given_fifo_back_at_rollba
     # watch converts a late FIFO process at its exec, before it starts its worker thread: the
     # worker is born SCHED_OTHER at nice -20, no record names it, and rollback must not leave it so.
     import time
-    from tuned_rl.core import agent
+    from tuned_rl.core import undo
     from tuned_rl.host.host import Host
     tree = host_tree
     tree.add_process(600, "model", policy=1, rt_priority=20, cgroups=V1, start_time=600)
@@ -225,7 +225,7 @@ def test_a_thread_started_by_a_thread_held_off_fifo_is_given_fifo_back_at_rollba
     tree.host.set_sched(tree.host.task(701), "SCHED_RR:10")  # two threads, two originals
     assert cli("apply", profile_file(FIFO), "--no-verify")[0] == 0
     applied_at = time.time()
-    monkeypatch.setattr(agent, "SETTLE_S", 0.0)
+    monkeypatch.setattr(undo, "SETTLE_S", 0.0)
     monkeypatch.setattr(Host, "started_at", lambda self, task: applied_at + 5 if task.start_time >= 9000 else 0.0)
     tree.add_thread(600, 601, nice=-20, start_time=9100)  # started by the held main thread
     tree.add_thread(600, 602, start_time=9200)  # started by a thread of its own at SCHED_OTHER: its own

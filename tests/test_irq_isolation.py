@@ -204,7 +204,7 @@ def test_a_reverted_step_restarts_irqbalance_once_for_the_apply_and_once_for_the
     with_irqbalance(irqs, "/etc/default/irqbalance", DEBIAN)
     original = irqs.host.path("/etc/default/irqbalance").read_text()
     step = load_plugins().plan(load_profile(profile_file(PROFILE)), irqs.host)[0]
-    report = Agent(load_plugins(), irqs.host, Journal(state_dir))._apply_step(0, step, "l", FakeVerifier(keep=False), "")
+    report = Agent(load_plugins(), irqs.host, Journal(state_dir)).writer.apply(0, step, "l", FakeVerifier(keep=False), "")
     assert report.outcome == "reverted"
     assert irqs.get(ACTIONS).splitlines() == ["systemctl try-restart -- irqbalance.service"] * 2
     assert irqs.host.path("/etc/default/irqbalance").read_text() == original and Journal(state_dir).records() == []

@@ -156,7 +156,7 @@ def test_the_agent_reports_a_step_whose_probe_failed_as_applied_and_journals_it_
     profile = load_profile(profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
     step = load_plugins().plan(profile, tree.host)[0]
     verifier = verifier_with(lambda: 1.0, probe=StateProbe(lambda: 1.0, fail_at=fail_at))
-    report = agent._apply_step(0, step, "label", verifier, "")
+    report = agent.writer.apply(0, step, "label", verifier, "")
     assert report.outcome == "applied" and "not verified: the probe failed" in report.reason
     assert "the step is applied" in report.reason
     assert tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "900000"
@@ -189,10 +189,10 @@ def test_the_agent_undoes_a_reverted_step_and_forgets_its_records(tree, profile_
     profile = load_profile(profile_file("[rt_runtime]\nglobal_runtime_us = 900000\n"))
     step = load_plugins().plan(profile, tree.host)[0]
     before = tree.snapshot()
-    report = agent._apply_step(0, step, "label", FakeVerifier(keep=False), "")
+    report = agent.writer.apply(0, step, "label", FakeVerifier(keep=False), "")
     assert report.outcome == "reverted" and report.before["p999_us"] == 100 and report.after["p999_us"] == 300
     assert tree.snapshot() == before and Journal(state_dir).records() == []
-    report = agent._apply_step(0, step, "label", FakeVerifier(keep=True), "")
+    report = agent.writer.apply(0, step, "label", FakeVerifier(keep=True), "")
     assert report.outcome == "kept" and tree.get("/proc/sys/kernel/sched_rt_runtime_us") == "900000"
     records = Journal(state_dir).records()
     assert [r.state for r in records] == ["done"] and len(records[0].changes) == 2  # one record per step

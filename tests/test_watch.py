@@ -315,7 +315,7 @@ def test_a_step_applied_while_the_workload_was_absent_is_verified_by_watch_when_
     assert "applied unverified (the workload was not running)" in cli("status")[1]
 
     measured = []
-    monkeypatch.setattr(Agent, "_start_verifier",
+    monkeypatch.setattr(Agent, "start_verifier",
                         lambda self, stack, profile, verify, *overrides: measured.append(profile.name) or (FakeVerifier(keep), ""))
 
     def workload_starts():
@@ -345,7 +345,7 @@ def test_a_step_someone_changed_before_the_workload_started_is_left_unverified(n
     tree.set("/proc/sys/kernel/sched_rt_runtime_us", "950000")
     assert cli("apply", profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n'))[0] == 0
     tree.set("/proc/sys/kernel/sched_rt_runtime_us", "800000")  # an operator's value since
-    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify, *overrides: (FakeVerifier(False), ""))
+    monkeypatch.setattr(Agent, "start_verifier", lambda self, stack, profile, verify, *overrides: (FakeVerifier(False), ""))
 
     def workload_starts():
         tree.add_process(100, "model", cmdline="python serve.py", cgroups=V1, start_time=9000)
@@ -510,13 +510,13 @@ def test_a_child_forked_while_its_job_was_held_is_given_the_jobs_original_policy
     # A fork in flight while rollback restores the job: the child copied SCHED_IDLE but joined the
     # job's restored cgroup, so no record and no cgroup removal names it.
     import time
-    from tuned_rl.core import agent
+    from tuned_rl.core import undo
     from tuned_rl.host.host import Host
     tree = node
     job_starts(tree)
     assert cli("apply", profile_file(PROFILE), "--no-verify")[0] == 0
     applied_at = time.time()
-    monkeypatch.setattr(agent, "SETTLE_S", 0.0)
+    monkeypatch.setattr(undo, "SETTLE_S", 0.0)
     monkeypatch.setattr(Host, "started_at", lambda self, task: applied_at + 5 if task.start_time >= 9500 else 0.0)
     tree.add_process(703, "sh", ppid=700, policy=5, cgroups=V1, start_time=9500)  # born after the eviction
     tree.add_process(704, "sh", ppid=700, policy=5, cgroups=V1, start_time=9400)  # born before: its own policy
@@ -701,7 +701,7 @@ def test_sigterm_while_watch_verifies_a_step_reverts_it_releases_the_lock_and_st
                     stop.append(True)
                 agent.progress(f"{label}: {30 - second} s left")
             raise AssertionError("the verification was not stopped")
-    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify, *o: (SlowVerifier(), ""))
+    monkeypatch.setattr(Agent, "start_verifier", lambda self, stack, profile, verify, *o: (SlowVerifier(), ""))
     agent = Agent(load_plugins(), CgroupTreeHost(node.root), Journal(state_dir))
 
     def workload_starts():

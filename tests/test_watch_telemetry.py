@@ -18,7 +18,8 @@ from tuned_rl.measure.targets import Target
 from tuned_rl.measure.stats import quantile_ns
 from tuned_rl.watch.alarms import (AlarmGate, AlarmMatcher, HolderGates, RegressionWatch, TailWindow, WindowFigures,
                                    same_wait, stalls)
-from tuned_rl.watch.telemetry import Telemetry, TelemetrySettings, describe_event
+from tuned_rl.watch.events import describe_event
+from tuned_rl.watch.telemetry import Telemetry, TelemetrySettings
 
 MS = 1_000_000
 
@@ -255,7 +256,7 @@ def test_apply_journals_each_verified_steps_figures_for_watch(tree, cli, profile
     from test_verify import FakeVerifier
     from tuned_rl.core.agent import Agent
     from tuned_rl.core.journal import Journal
-    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify, *overrides: (FakeVerifier(True), ""))
+    monkeypatch.setattr(Agent, "start_verifier", lambda self, stack, profile, verify, *overrides: (FakeVerifier(True), ""))
     tree.add_process(100, "model", cmdline="python serve.py")
     profile = profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n')
     status, out, _ = cli("apply", profile, "--json")
@@ -289,7 +290,7 @@ def test_watch_says_when_and_why_it_does_not_measure(tree, cli, profile_file, st
 def test_status_shows_the_p999_watch_compares_with(tree, cli, profile_file, state_dir, monkeypatch):
     from test_verify import FakeVerifier
     from tuned_rl.core.agent import Agent
-    monkeypatch.setattr(Agent, "_start_verifier", lambda self, stack, profile, verify, *overrides: (FakeVerifier(True), ""))
+    monkeypatch.setattr(Agent, "start_verifier", lambda self, stack, profile, verify, *overrides: (FakeVerifier(True), ""))
     tree.add_process(100, "model", cmdline="python serve.py")
     assert cli("apply", profile_file('[target]\nname = "^model$"\n[rt_runtime]\nglobal_runtime_us = 900000\n'))[0] == 0
     report = json.loads(cli("status", "--json")[1])
@@ -410,7 +411,7 @@ EVENT_KINDS = ["alarm", "backed-off", "deferred", "evicted", "failed", "inherite
 def test_no_event_line_lets_a_hostile_name_make_a_second_line_or_an_escape(kind):
     """A job named "x\\n\\x1b[1mstopped" printed a forged second line in watch's text output (what
     journald gets). Every text field of every kind, nested ones too, is escaped."""
-    from tuned_rl.watch.telemetry import event_line
+    from tuned_rl.watch.events import event_line
     holder = {"kind": "task", "pid": 7, "comm": HOSTILE, "policy": HOSTILE, "cgroup": HOSTILE, "held_us": 1500.0,
               "holder": HOSTILE, "name": HOSTILE, "share_of_worst_1pct": 0.5}
     event = {"time": 1_700_000_000.0, "event": kind, "pid": 7, "comm": HOSTILE, "step": HOSTILE, "reason": HOSTILE,

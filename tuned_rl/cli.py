@@ -397,68 +397,16 @@ def _measure_problems(host: Host, args) -> list:
     return TARGET_TABLE.check(table, host) or target_problems(table, host)
 
 
-WATCH_NICE = -10  # watch's own priority: ahead of the nice-0 jobs it moves, behind real-time threads
 
 
 def cmd_watch(agent: Agent, args) -> int:
     if not _may_change(agent.host, "watch"):
         return EXIT_FAILED
-    import signal
-    from tuned_rl.watch.proc_events import ProcEventSource, ProcEventsError
-    from tuned_rl.watch.watcher import NothingApplied, Watcher, run
-
-    from tuned_rl.watch.metrics_endpoint import AddressError, figures_of, parse_address, serve
-    from tuned_rl.watch.telemetry import event_line, telemetry_factory
-
-    address = None
-    if args.metrics_address is not None:
-        try:
-            address = parse_address(args.metrics_address)
-            import prometheus_client  # noqa: F401
-        except AddressError as err:
-            print(f"tuned-rl: watch: --metrics-address {err}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except ImportError:
-            print("tuned-rl: watch: --metrics-address needs prometheus_client (apt-get install "
-                  "python3-prometheus-client, or pip install prometheus_client)", file=sys.stderr)
-            return EXIT_FAILED
-
-    def emit(event: dict) -> None:
-        event = {"time": round(time.time(), 3), **event}
-        print(json.dumps(event) if args.json else event_line(event), flush=True)
-
-    try:  # the jobs watch must evict are CPU-bound: at nice 0 they would delay it by their slices
-        os.setpriority(os.PRIO_PROCESS, 0, WATCH_NICE)
-    except OSError:
-        pass
-    stop = []
-    for number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(number, lambda *_: stop.append(True))
-    telemetry_for = None if args.no_measure else telemetry_factory(
-        agent.host, emit, alarm_ms=args.alarm_ms, window_s=args.regressed_window_seconds, factor=args.regressed_factor)
-    watcher = Watcher(agent, emit, args.rescan_seconds, warm_up_seconds=args.warm_up_seconds,
-                      telemetry_for=telemetry_for)
-    server = None
-    try:
-        if address is not None:
-            try:
-                server = serve(address, lambda: figures_of(watcher))
-            except OSError as err:
-                print(f"tuned-rl: watch: cannot serve metrics on {address}: {err.strerror or err}", file=sys.stderr)
-                return EXIT_FAILED
-            emit({"event": "serving", "url": f"http://{address}/metrics", "loopback": address.loopback})
-        with ProcEventSource() as source:
-            return run(watcher, source, lambda: bool(stop))
-    except ProcEventsError as err:
-        print(f"tuned-rl: watch: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except NothingApplied as err:
-        print(f"tuned-rl: watch: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+    from tuned_rl.watch.daemon import DaemonOptions, run_daemon
+    return run_daemon(agent, DaemonOptions(
+        json=args.json, metrics_address=args.metrics_address, measure=not args.no_measure, alarm_ms=args.alarm_ms,
+        regressed_window_s=args.regressed_window_seconds, regressed_factor=args.regressed_factor,
+        rescan_s=args.rescan_seconds, warm_up_s=args.warm_up_seconds))
 
 
 COMMANDS = {"apply": cmd_apply, "watch": cmd_watch, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,

@@ -107,6 +107,9 @@ class Step:
     # Skipped only because the workload has no processes yet: `tuned-rl watch` applies and
     # verifies it when the workload starts.
     waits_for_workload: bool = False
+    # What writing the step does to a process, as `tuned-rl watch` says it ("placed"; an eviction's
+    # step says "evicted"): watch's events name the step's verb, never its plugin.
+    verb: str = "placed"
 
     @property
     def pending_changes(self) -> list[Change]:

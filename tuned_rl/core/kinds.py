@@ -47,6 +47,12 @@ class Kind:
     # The report's "after" is the value read back once written, not the value asked for (where a
     # process's pages ended up, not where they were sent).
     shows_read_back: ClassVar[bool] = False
+    # A child copies the value from its parent at fork (a process forked, or a thread started by one
+    # of a process's threads): watch journals the child's undo too, and rollback looks for heirs.
+    inherited_at_fork: ClassVar[bool] = False
+    # Undoing it undoes it for the heirs too, with no record of theirs (the cgroup they were born in
+    # is removed, and its members moved out, by the undo of its cgroup_dir).
+    heirs_undone_with_it: ClassVar[bool] = False
 
     def survives_reboot(self, change: "Change") -> bool:
         """Whether what the change wrote is still there after a reboot. Kernel run-time state (a
@@ -107,6 +113,16 @@ def register_kind(kind: Kind) -> Kind:
         raise ValueError(f"change kind {kind.name!r} is already registered by {type(existing).__module__}")
     KINDS[kind.name] = kind
     return kind
+
+
+def inherited_at_fork(change: "Change") -> bool:
+    """Whether a task's child copies what ``change`` set on the task (the one place this is read)."""
+    return change.task is not None and change.handler.inherited_at_fork
+
+
+def heirs_keep_it_after_undo(change: "Change") -> bool:
+    """Whether a child that inherited ``change`` keeps it after the task's own record is undone."""
+    return inherited_at_fork(change) and not change.handler.heirs_undone_with_it
 
 
 def kind_named(name: str) -> Kind:
@@ -369,6 +385,7 @@ class Sched(Kind):
 
     name = "sched"
     task = True
+    inherited_at_fork = True
 
     def read(self, host, change):
         return host.get_sched(change.task)
@@ -387,6 +404,7 @@ class Nice(Kind):
 
     name = "nice"
     task = True
+    inherited_at_fork = True
 
     def read(self, host, change):
         return host.get_nice(change.task)
@@ -403,6 +421,7 @@ class IoPriority(Kind):
 
     name = "io_priority"
     task = True
+    inherited_at_fork = True
 
     def read(self, host, change):
         return host.get_io_priority(change.task)
@@ -485,6 +504,8 @@ class ProcessCgroup(ThreadCgroup):
 
     name = "process_cgroup"
     whole_process = True
+    inherited_at_fork = True
+    heirs_undone_with_it = True
 
     def read(self, host, change):
         main = host.get_cgroup(change.task, change.target)

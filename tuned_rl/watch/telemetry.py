@@ -27,6 +27,7 @@ from tuned_rl.measure.probes.base import ProbeError
 from tuned_rl.measure.probes.bpf import FINE_BUCKET_MIDDLES
 from tuned_rl.measure.probes.continuous import ContinuousProbe, LongWait, Totals
 from tuned_rl.measure.targets import Target, TargetError, resolve_pids, resolve_tids
+from tuned_rl.watch.events import WatchEvent
 from tuned_rl.watch.alarms import AlarmMatcher, HolderGates, RegressionWatch, TailWindow, WindowFigures, stalls
 
 READ_S = 1.0  # the kernel's totals are read this often
@@ -200,7 +201,7 @@ class Telemetry:
                 self._attach(now)
                 self._regression = _Regression(figures, now + self.settings.holders_s, began)
         elif verdict == "recovered":
-            self.emit({"event": "recovered", "target": str(self.target), "p999_us": figures.p999_us,
+            self.emit({"event": WatchEvent.RECOVERED, "target": str(self.target), "p999_us": figures.p999_us,
                        "verified_p999_us": self.regression.verified_p999_us, "factor": self.settings.factor,
                        "window_s": round(figures.seconds, 1), "waits": figures.waits})
 
@@ -256,7 +257,7 @@ class Telemetry:
         who = _holder_key(parts[0], names) if parts else "unknown"
         if not self.gate.allow(self.clock(), who):
             return
-        event = {"event": "alarm", "target": str(self.target), "wait_us": round(wait.wait_ns / 1000, 1),
+        event = {"event": WatchEvent.ALARM, "target": str(self.target), "wait_us": round(wait.wait_ns / 1000, 1),
                  "threshold_us": round(self.settings.alarm_ns / 1000, 1), "tid": wait.tid, "cpu": wait.cpu,
                  **self._thread(wait.tid), "threads_stalled": len(stall), "longest_us":
                  round(max(w.wait_ns for w, _ in stall) / 1000, 1), "suppressed": self.gate.take_suppressed(who)}
@@ -311,7 +312,7 @@ class Telemetry:
 
     def _report_regression(self, regression: _Regression) -> None:
         attribution = self.attributing.attribution() if self.attributing is not None else None
-        event = {"event": "regressed", "target": str(self.target), "p999_us": regression.figures.p999_us,
+        event = {"event": WatchEvent.REGRESSED, "target": str(self.target), "p999_us": regression.figures.p999_us,
                  "p99_us": regression.figures.p99_us, "verified_p999_us": self.regression.verified_p999_us,
                  "factor": self.settings.factor, "window_s": round(regression.figures.seconds, 1),
                  "waits": regression.figures.waits}
@@ -367,50 +368,3 @@ def telemetry_factory(host: Host, emit: Callable[[dict], None], alarm_ms: float,
         settings = TelemetrySettings(alarm_ms=alarm_ms, window_s=window_s, factor=factor)
         return Telemetry(host, target, settings, emit, applied.verified_p999_us())
     return make
-
-
-def event_line(event: dict) -> str:
-    """A watch event, timed, as one line for a person (``--json`` prints the event itself). Every text
-    in it is escaped first: a process name, a command line or a cgroup is any user's, and the line
-    goes to journald (the unit runs watch without --json), where a newline would forge a second one."""
-    event = _escaped(event)
-    details = describe_event(event) or " ".join(f"{k}={v}" for k, v in event.items() if k not in ("time", "event"))
-    return f"{time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']}: {details}"
-
-
-def _escaped(value):
-    """``value`` with every string in it (keys too, at any depth) passed through ``printable``."""
-    if isinstance(value, str):
-        return printable(value)
-    if isinstance(value, dict):
-        return {_escaped(k): _escaped(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_escaped(v) for v in value]
-    return value
-
-
-def describe_event(event: dict) -> str | None:
-    """One line for a person, for the events whose fields do not read well as key=value (else None)."""
-    if event["event"] == "alarm":
-        who = "; ".join(_describe_holder(h) for h in event.get("holders", [])) or event.get("holders_note", "")
-        suppressed = f" ({event['suppressed']} more suppressed since the last alarm)" if event.get("suppressed") else ""
-        return (f"{event['target']} waited {event['wait_us'] / 1000:.1f} ms on CPU {event['cpu']} (tid {event['tid']} "
-                f"{event.get('comm', '')}), behind: {who}{suppressed}")
-    if event["event"] == "regressed":
-        who = "; ".join(f"{h.get('holder')} {h.get('name', '')} {h.get('share_of_worst_1pct', 0):.0%} of the worst 1%"
-                        for h in event.get("holders", [])) or event.get("holders_note", "")
-        return (f"{event['target']}: p999 {event['p999_us'] / 1000:.2f} ms over the last {event['window_s']:g} s, "
-                f"verified at {event['verified_p999_us'] / 1000:.2f} ms (limit x{event['factor']:g}); top holders: {who}")
-    return None
-
-
-def _describe_holder(holder: dict) -> str:
-    held = f"{holder['held_us'] / 1000:.1f} ms"
-    if holder["kind"] == "task":
-        return (f"pid {holder['pid']} {holder.get('comm', '')} ({holder.get('policy', '')}, cgroup "
-                f"{holder.get('cgroup', '?')}) {held}")
-    if holder["kind"] == "irq":
-        return f"irq {holder['irq']} {holder.get('name', '')} {held}"
-    if holder["kind"] == "softirq":
-        return f"softirq {holder['softirq']} {held}"
-    return f"{holder['kind']} {held}"

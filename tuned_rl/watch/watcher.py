@@ -17,18 +17,21 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from tuned_rl.core.agent import Agent, HostError
+from tuned_rl.core.agent import Agent
+from tuned_rl.core.kinds import heirs_keep_it_after_undo
 from tuned_rl.core.journal import Applied
 from tuned_rl.core.lock import LockHeld, exclusive_lock
 from tuned_rl.core.outcomes import Outcome
+from tuned_rl.core.step_writer import HostError
 from tuned_rl.core.verify import Stopped
 from tuned_rl.host import TaskGone, printable
 from tuned_rl.measure.probes.base import ProbeError
 from tuned_rl.measure.targets import TargetError, is_target_process, target_from_table
 from tuned_rl.profiles.loader import Profile, ProfileError, load_profile
+from tuned_rl.watch.events import WatchEvent, step_event
+from tuned_rl.watch.late_steps import LateSteps
 
 KINDS_THAT_MATTER = ("fork", "exec", "comm", "uid")
-POLICY_KINDS = ("sched", "nice", "io_priority")  # what a child inherits from its parent at fork
 # A workload process is planned again this long after it was first acted on: its start-up may
 # create the threads a pin names, or turn some real-time, and neither gives a process event.
 FOLLOW_UP_SECONDS = (1.0, 5.0)
@@ -41,7 +44,6 @@ LOST_RESCAN_MIN_S = 1.0
 COMPACT_EVERY_S = 30.0  # the journal's records of exited tasks are dropped at a rescan at most this often
 MAX_EVENTS_PER_S = 2000  # process events read a second at most (~1.5% of a CPU); a node's own starts make ~150
 LOST_RESCAN_CPU_BUDGET = 0.02
-OUTCOME_EVENTS = {"offline_eviction": "evicted"}  # other plugins' steps are "placed"
 PLUGIN_NOTE_INTERVAL_S = 60.0
 FAILURES_REMEMBERED = 4096  # (pid, plugin, error kind) already said: a bounded set
 TELEMETRY_PASS_S = 0.5  # with the target measured, a pass at least this often: an alarm within a second
@@ -76,6 +78,7 @@ class Watcher:
                  load: Callable[[str], Profile] = load_profile, warm_up_seconds: float = 2.0,
                  telemetry_for: Callable[[Profile, Applied], object] | None = None):
         self.agent = agent
+        self.late = LateSteps(agent)  # the steps this watch writes, through the agent's step writer
         # The always-on measurement of the profile's target: ``telemetry_for(profile, applied)`` gives a
         # telemetry.Telemetry, or why there is none (text); None: not asked for.
         self.telemetry_for = telemetry_for
@@ -134,7 +137,7 @@ class Watcher:
                 with contextlib.suppress(OSError):
                     self.agent.journal.note_watch({"pid": os.getpid(), "plugin_failures": {}})
             self._index(self.agent.journal.records())
-            self.emit({"event": "watching", "profile": profile.name, "path": applied.path})
+            self.emit({"event": WatchEvent.WATCHING, "profile": profile.name, "path": applied.path})
             # Started by the loop, outside the lock this may be called under: loading the probes
             # compiles them (about 2 s), and an apply or rollback must not wait for that.
             self.telemetry_due = True
@@ -158,12 +161,12 @@ class Watcher:
                 telemetry, why = None, f"the probe cannot run: {err}"
         self.telemetry = telemetry
         if telemetry is None:
-            self.emit({"event": "measuring", "target": None, "reason": f"not measuring: {why}"})
+            self.emit({"event": WatchEvent.MEASURING, "target": None, "reason": f"not measuring: {why}"})
             return
         verified = telemetry.regression.verified_p999_us if telemetry.regression else None
         notes = telemetry.notes + ([] if verified else ["no regressed check: no step of this profile was verified on a "
                                                         "measurement"])
-        self.emit({"event": "measuring", "target": str(telemetry.target), "threads": len(telemetry.tids),
+        self.emit({"event": WatchEvent.MEASURING, "target": str(telemetry.target), "threads": len(telemetry.tids),
                    "alarm_ms": telemetry.settings.alarm_ms, "verified_p999_us": verified,
                    "regressed_if_p999_over_us": round(telemetry.regression.limit_us, 1) if verified else None,
                    "window_s": telemetry.settings.window_s, "notes": notes})
@@ -182,7 +185,7 @@ class Watcher:
             self.telemetry.tick()
         except Exception as err:  # noqa: BLE001 - BCC raises bare Exception; any failure here is the probe's
             self.stop_telemetry()
-            self.emit({"event": "measuring", "target": None, "reason": f"stopped measuring: {err}"})
+            self.emit({"event": WatchEvent.MEASURING, "target": None, "reason": f"stopped measuring: {err}"})
 
     # -- one pass ---------------------------------------------------------------
 
@@ -333,7 +336,7 @@ class Watcher:
         if len(self.failures_said) >= FAILURES_REMEMBERED:
             self.failures_said.clear()
         self.failures_said.add(key)
-        self.emit({"event": "failed", "pid": pid, "plugin": plugin, "reason": reason})
+        self.emit({"event": WatchEvent.FAILED, "pid": pid, "plugin": plugin, "reason": reason})
 
     def _note_plugin_failure(self, plugin: str, reason: str) -> None:
         """Leave ``status`` the plugins that fail on processes: written when a plugin first fails, then
@@ -396,7 +399,7 @@ class Watcher:
         # is no measure of the next.
         self.next_rescan_in = max(self.rescan_seconds, cpu / RESCAN_CPU_BUDGET if skipped else 0.0)
         self.next_lost_rescan_in = max(LOST_RESCAN_MIN_S, cpu / LOST_RESCAN_CPU_BUDGET if skipped else 0.0)
-        self.emit({"event": "rescanned", "why": why, "processes": len(pids), "unchanged": skipped,
+        self.emit({"event": WatchEvent.RESCANNED, "why": why, "processes": len(pids), "unchanged": skipped,
                    "acted": self.stats.acted - before, "compacted": compacted,
                    "seconds": round(time.monotonic() - began, 3),
                    "cpu_seconds": round(cpu, 3), "next_periodic_s": round(self.next_rescan_in, 1)})
@@ -449,9 +452,9 @@ class Watcher:
         """The workload started: apply and verify each step apply deferred until it ran."""
         for table in list(self.applied.deferred):
             began = time.monotonic()
-            self.emit({"event": "deferred", "table": table, "pid": pid,
+            self.emit({"event": WatchEvent.DEFERRED, "table": table, "pid": pid,
                        "reason": "the workload started: applying the step apply deferred, then verifying it"})
-            report = self.agent.apply_deferred(self.profile, table, self.warm_up_seconds)
+            report = self.late.apply_deferred(self.profile, table, self.warm_up_seconds)
             self._record_verdict(_result(table, pid, report, began, "deferred"), report,
                                  deferred=[t for t in self.applied.deferred if t != table])
 
@@ -459,14 +462,14 @@ class Watcher:
         """The workload started: verify the steps apply wrote unverified while it was absent."""
         began = time.monotonic()
         awaiting = list(self.applied.awaiting)
-        self.emit({"event": "verifying", "steps": [a["step"] for a in awaiting], "pid": pid,
+        self.emit({"event": WatchEvent.VERIFYING, "steps": [a["step"] for a in awaiting], "pid": pid,
                    "reason": f"the workload started: verifying {len(awaiting)} step(s) apply could not, after "
                              f"{self.warm_up_seconds:g} s of warm-up"})
         warmed = time.monotonic() + self.warm_up_seconds
         while time.monotonic() < warmed:
             time.sleep(min(TELEMETRY_PASS_S, max(0.0, warmed - time.monotonic())))
             self.agent.progress(f"warming up: {max(warmed - time.monotonic(), 0):.0f} s left")
-        for entry, report in self.agent.verify_awaiting(self.profile, awaiting):
+        for entry, report in self.late.verify_awaiting(self.profile, awaiting):
             result = _result(entry["table"], pid, report, began, "unverified at apply")
             result.setdefault("step", entry["step"])
             self._record_verdict(result, report, awaiting=[a for a in self.applied.awaiting if a != entry])
@@ -481,7 +484,7 @@ class Watcher:
             self.telemetry.set_verified(self.applied.verified_p999_us())
         self.unchanged.clear()  # the step changed what other processes need
         self._index(self.agent.journal.records())
-        self.emit({"event": "verified", **result})
+        self.emit({"event": WatchEvent.VERIFIED, **result})
 
     def _index(self, records) -> None:
         """What the journal holds, kept in memory between reloads (watch writes every record it adds,
@@ -522,7 +525,7 @@ class Watcher:
     def _note_journaled(self, change_lists) -> None:
         """Add to ``policy_parents`` the processes whose policy, nice or I/O class these changes set."""
         for changes in change_lists:
-            self.policy_parents.update(c.task.pid for c in changes if c.task is not None and c.kind in POLICY_KINDS)
+            self.policy_parents.update(c.task.pid for c in changes if heirs_keep_it_after_undo(c))
 
     def _journaled(self, step) -> list[str]:
         """The step's pending changes whose value tuned-rl already set once (a journaled record
@@ -530,18 +533,18 @@ class Watcher:
         return [c.label() for c in step.pending_changes if c.identity() in self.journaled_ids]
 
     def _adopt(self, process, parent_pid: int) -> None:
-        """A child born into its parent's placement: journal its undo too (agent.adopt_inherited)."""
+        """A child born into its parent's placement: journal its undo too (LateSteps.adopt)."""
         try:
             parent = self.agent.host.process(parent_pid)
         except TaskGone:
             return
         if parent.tgid != parent_pid or parent.start_time > process.start_time:
             return  # the pid is another process's now
-        adopted = self.agent.adopt_inherited(process, parent, self.records_of.get((parent.pid, parent.start_time), []))
+        adopted = self.late.adopt(process, parent, self.records_of.get((parent.pid, parent.start_time), []))
         if adopted is not None:
             self._index_record(adopted)
             self._note_journaled([adopted.changes])
-            self.emit({"event": "inherited", "pid": process.pid, "comm": printable(process.comm),
+            self.emit({"event": WatchEvent.INHERITED, "pid": process.pid, "comm": printable(process.comm),
                        "parent": parent_pid, "changes": len(adopted.changes)})
 
     def _act_on(self, pid: int, since_ns: int) -> None:
@@ -574,30 +577,31 @@ class Watcher:
                 # theirs now. Said once; `tuned-rl apply` again or `rollback --force` decide.
                 if pid not in self.backed_off:
                     self.backed_off.add(pid)
-                    self.emit({"event": "backed-off", "pid": pid, "comm": printable(process.comm), "step": step.title,
+                    self.emit({"event": WatchEvent.BACKED_OFF, "pid": pid, "comm": printable(process.comm), "step": step.title,
                                "changed": owned[:5]})
                 continue
             pids = sorted({c.task.pid for c in step.pending_changes if c.task is not None})
             try:
-                report = self.agent.apply_watched_step(step)
+                report = self.late.apply(step)
             except HostError as err:
-                self.emit({"event": "failed", "pid": pid, "comm": printable(process.comm), "step": step.title,
+                self.emit({"event": WatchEvent.FAILED, "pid": pid, "comm": printable(process.comm), "step": step.title,
                            "reason": str(err)})
                 continue
             if report.outcome in (Outcome.FAILED, Outcome.UNCHANGED, Outcome.SKIPPED):
                 if report.outcome == Outcome.FAILED:
-                    self.emit({"event": "failed", "pid": pid, "comm": printable(process.comm), "step": step.title,
+                    self.emit({"event": WatchEvent.FAILED, "pid": pid, "comm": printable(process.comm), "step": step.title,
                                "reason": report.reason})
                 continue
             if report.record is not None:
                 self._index_record(report.record)
             self.stats.acted += 1
-            if OUTCOME_EVENTS.get(step.table) == "evicted":
+            event = step_event(step.verb)
+            if event == WatchEvent.EVICTED:
                 self.stats.evicted += max(1, len(pids))
             else:
                 self.stats.placed += 1
             self._note_journaled([step.pending_changes])
-            self.emit({"event": OUTCOME_EVENTS.get(step.table, "placed"), "pid": pid,
+            self.emit({"event": event, "pid": pid,
                        "comm": printable(process.comm), "step": step.title, "plugin": step.table,
                        "pids": pids,
                        "changes": len(report.changes), "outcome": report.outcome,
@@ -654,7 +658,7 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
             if lost_unanswered and time.monotonic() >= next_lost_rescan:
                 # Answered by a rescan, but not by one per overflow: under a fork storm the socket
                 # overflows on every read, and back-to-back rescans were watch's whole CPU.
-                watcher.emit({"event": "lost", "overflows": lost_unanswered, "total": source.lost})
+                watcher.emit({"event": WatchEvent.LOST, "overflows": lost_unanswered, "total": source.lost})
                 lost_unanswered = 0
                 watcher.rescan("events were lost")
                 next_rescan = time.monotonic() + watcher.next_rescan_in
@@ -669,13 +673,13 @@ def run(watcher: Watcher, source, stopping: Callable[[], bool]) -> int:
                 watcher.rescan("periodic")
                 next_rescan = time.monotonic() + watcher.next_rescan_in
     except NothingApplied as err:
-        watcher.emit({"event": "stopped", "reason": str(err)})
+        watcher.emit({"event": WatchEvent.STOPPED, "reason": str(err)})
         return 0
     except Stopped:
-        watcher.emit({"event": "stopped", "reason": "asked to stop while verifying a step: that step was reverted, "
+        watcher.emit({"event": WatchEvent.STOPPED, "reason": "asked to stop while verifying a step: that step was reverted, "
                                                     "and is verified when the workload next starts under watch"})
         return 0
     finally:
         watcher.stop_telemetry()
-    watcher.emit({"event": "stopped", "reason": "asked to stop (the tuning stays; `tuned-rl rollback` undoes it)"})
+    watcher.emit({"event": WatchEvent.STOPPED, "reason": "asked to stop (the tuning stays; `tuned-rl rollback` undoes it)"})
     return 0
