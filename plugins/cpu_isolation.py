@@ -57,7 +57,7 @@ TABLE = Table(
     "cpu_isolation",
     "Give the workload ([target]) the latency CPUs; every other task goes to the housekeeping CPUs.",
     {
-        **split_cpus.KEYS,
+        **split_cpus.shared_keys("cpu_isolation"),
         "kernel_threads": Key(bool, "Move kernel threads that allow it to the housekeeping CPUs (default true)."),
         "workqueues": Key(bool, "Run unbound workqueues on the housekeeping CPUs (default true)."),
         "pin": Key(Map(Key(CpuList(), "CPUs for the threads whose name matches: one each, in turn."),

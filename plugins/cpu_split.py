@@ -1,16 +1,26 @@
 """The CPU split that [irq_isolation] and [cpu_isolation] share: latency CPUs for the workload,
-housekeeping CPUs for everything else. Not a plugin: a helper both import."""
+housekeeping CPUs for everything else. Not a plugin: a helper both import.
+
+A table shares the split by declaring its keys with ``shared_keys(name)``: the tables checked
+against each other are those that did, never a list kept by hand."""
 
 from __future__ import annotations
 
 from tuned_rl import CpuList, Key, Problem, format_cpu_list, parse_cpu_list
 
-TABLES = ("irq_isolation", "cpu_isolation")
+SHARING: set[str] = set()  # the tables whose declarations took the split's keys (shared_keys)
 
 KEYS = {
     "latency_cpus": Key(CpuList(), 'CPUs kept for the workload, e.g. "1" or "2-7".', required=True),
     "housekeeping_cpus": Key(CpuList(), "CPUs for everything else (default: every other online CPU)."),
 }
+
+
+def shared_keys(table: str) -> dict:
+    """The split's keys, for table ``table`` to declare: it is then held to the same split as every
+    other table that declared them."""
+    SHARING.add(table)
+    return dict(KEYS)
 
 
 def split(table: dict, host) -> tuple[set[int], set[int]]:
@@ -33,7 +43,7 @@ def problems(profile, name: str, host) -> list[Problem]:
     if not housekeeping:
         found.append(Problem(f"{name}.latency_cpus", f"{table['latency_cpus']!r} leaves no housekeeping CPU: the "
                                                      "rest of the host (and the kernel's own work) needs at least one"))
-    for other in TABLES:
+    for other in sorted(SHARING):
         config = profile.get(other)
         if other != name and config is not None and other < name and split(config, host) != (latency, housekeeping):
             found.append(Problem(f"{name}.latency_cpus", f"[{name}] and [{other}] split the CPUs differently: "

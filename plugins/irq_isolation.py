@@ -42,7 +42,7 @@ TABLE = Table(
     "irq_isolation",
     "Keep interrupts and network queue work off the latency CPUs.",
     {
-        **split_cpus.KEYS,
+        **split_cpus.shared_keys("irq_isolation"),
         "network_queues": Key(bool, "Also take the latency CPUs out of each network queue's rps_cpus and xps_cpus "
                                     "(default true)."),
         "irqbalance": Key(str, 'If irqbalance is installed: "ban" the latency CPUs in its settings and restart it '

@@ -39,6 +39,19 @@ and ``my_package/swappiness.py``, a complete plugin for a ``[swappiness]`` table
         change = Change("file", TARGET, before=host.read(TARGET), after=str(table["value"]))
         return [Step("swappiness", "set vm.swappiness", [change])]
 
+Adding it, step by step:
+
+1. the module, as above: its tables (each with a phase), validation and plan, importing
+   only ``tuned_rl`` (every name a plugin needs is exported here: the workload's processes,
+   ``Refused``, cgroup helpers, and ``family``/``runs_tuned_rl``, the one rule for "is this
+   process tuned-rl?");
+2. its entry point in your ``pyproject.toml`` (above);
+3. install the distribution, and install it again after any change to its entry points
+   (``pip install -e .``): tuned-rl reads plugins from installed metadata, so an entry point
+   only written in ``pyproject.toml`` is not loaded; ``tuned-rl plugins`` lists what is;
+4. try the plan with ``tuned-rl apply --dry-run PROFILE``, and test it against a tree
+   (``Host(tmp_path)`` reads and writes below ``tmp_path``).
+
 Every hook is documented in :mod:`tuned_rl.hookspec`. ``TUNED_RL_PLUGIN_API`` names the plugin
 API the module is written for (:mod:`tuned_rl.core.plugin_api`): a plugin asking for a newer one than
 the installed tuned-rl has is not loaded, and one that names none is taken for an API 0.1 plugin,

@@ -82,7 +82,7 @@ cd /   # nothing from the checkout on sys.path
 /usr/bin/tuned-rl plugins --json | /usr/bin/python3 -c "
 import json, sys
 names = {p['name'] for p in json.load(sys.stdin)['plugins']}
-wanted = {'cpu_isolation', 'irq_isolation', 'numa', 'offline_eviction', 'rt_runtime', 'sched_fifo', 'sysctl'}
+wanted = {'cpu_isolation', 'cpuidle', 'irq_isolation', 'numa', 'offline_eviction', 'rt_runtime', 'sched_fifo', 'sysctl'}
 assert wanted <= names, names
 print('test-install: plugins from /usr/bin:', ', '.join(sorted(names)))"
 /usr/bin/tuned-rl apply /usr/share/tuned-rl/profiles/rl-inference.toml --dry-run > /dev/null
