@@ -54,5 +54,5 @@ def test_without_a_cpuidle_driver_the_plan_says_so_and_nothing_is_written(tree, 
 
 def test_the_tables_held_to_one_cpu_split_are_those_that_declared_its_keys():
     import tuned_rl_plugins.cpu_isolation  # noqa: F401 - declaring their tables registers them
-    import tuned_rl_plugins.irq_isolation  # noqa: F401
+    import tuned_rl_plugins.irq_isolation  # noqa: F401 - as above
     assert {"cpu_isolation", "irq_isolation"} <= SHARING and "cpuidle" not in SHARING  # [cpuidle] names its CPUs alone

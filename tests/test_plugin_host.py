@@ -187,7 +187,7 @@ def test_plugin_tables_lists_each_plugin_with_its_tables():
         "rt_runtime": [("rt_runtime", "kernel")], "sysctl": [("sysctl", "kernel")],
         "cpu_isolation": [("cpu_isolation", "placement")], "irq_isolation": [("irq_isolation", "interrupts")],
         "offline_eviction": [("offline_eviction", "placement")], "sched_fifo": [("sched_fifo", "policies")],
-        "numa": [("numa", "placement")],
+        "numa": [("numa", "placement")], "cpuidle": [("cpuidle", "kernel")],
         "check": [("check", "kernel")]}
 
 

@@ -39,19 +39,6 @@ and ``my_package/swappiness.py``, a complete plugin for a ``[swappiness]`` table
         change = Change("file", TARGET, before=host.read(TARGET), after=str(table["value"]))
         return [Step("swappiness", "set vm.swappiness", [change])]
 
-Adding it, step by step:
-
-1. the module, as above: its tables (each with a phase), validation and plan, importing
-   only ``tuned_rl`` (every name a plugin needs is exported here: the workload's processes,
-   ``Refused``, cgroup helpers, and ``family``/``runs_tuned_rl``, the one rule for "is this
-   process tuned-rl?");
-2. its entry point in your ``pyproject.toml`` (above);
-3. install the distribution, and install it again after any change to its entry points
-   (``pip install -e .``): tuned-rl reads plugins from installed metadata, so an entry point
-   only written in ``pyproject.toml`` is not loaded; ``tuned-rl plugins`` lists what is;
-4. try the plan with ``tuned-rl apply --dry-run PROFILE``, and test it against a tree
-   (``Host(tmp_path)`` reads and writes below ``tmp_path``).
-
 Every hook is documented in :mod:`tuned_rl.hookspec`. ``TUNED_RL_PLUGIN_API`` names the plugin
 API the module is written for (:mod:`tuned_rl.core.plugin_api`): a plugin asking for a newer one than
 the installed tuned-rl has is not loaded, and one that names none is taken for an API 0.1 plugin,
@@ -68,8 +55,21 @@ creates), ``service`` (a systemd unit started or stopped), and for a task
 ``affinity``, ``cgroup`` and ``process_cgroup``. The phases are listed in
 :mod:`tuned_rl.core.phases`. A step over many tasks is fine: a task that exits
 before it is changed is counted as gone, not an error. A kind whose ``write`` raises
-``tuned_rl.core.kinds.Refused`` (the kernel never takes that value there, such as a
+``tuned_rl.Refused`` (the kernel never takes that value there, such as a
 managed IRQ's affinity) has that change left out and named in the step's notes.
+
+Adding it, step by step:
+
+1. the module, as above: its tables (each with a phase), validation and plan, importing
+   only ``tuned_rl`` (every name a plugin needs is exported here: the workload's processes,
+   ``Refused``, cgroup helpers, and ``family``/``runs_tuned_rl``, the one rule for "is this
+   process tuned-rl?");
+2. its entry point in your ``pyproject.toml`` (above);
+3. install the distribution, and install it again after any change to its entry points
+   (``pip install -e .``): tuned-rl reads plugins from installed metadata, so an entry point
+   only written in ``pyproject.toml`` is not loaded; ``tuned-rl plugins`` lists what is;
+4. try the plan with ``tuned-rl apply --dry-run PROFILE``, and test it against a tree
+   (``Host(tmp_path)`` reads and writes below ``tmp_path``).
 """
 
 import pluggy
@@ -77,7 +77,8 @@ import pluggy
 from tuned_rl.core.changes import Change, Step
 from tuned_rl.core.kinds import CgroupDir, CpuListFile, Kind, Refused, cgroup_settings
 from tuned_rl.core.plugin_api import PLUGIN_API_VERSION
-from tuned_rl.host import Host, ProcessInfo, Task, format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask, printable
+from tuned_rl.host import (Host, ProcessInfo, Task, format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask,
+                           printable)
 from tuned_rl.host.numa import NumaError, node_of, page_shares, topology
 from tuned_rl.host.processes import parse_cgroup_file
 from tuned_rl.host.shared_memory import (SEGMENT_NAME, SHM_DIRECTORY, SegmentGone, mapped_segments, parse_policy,
