@@ -1,0 +1,152 @@
+"""The fleet judge: PromQL's histogram_quantile, Prometheus's query_range answer read (and refused
+when it is not one), each node's sub-windows with resets and gaps named, and the verdict."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from tuned_rl.fleet.node_windows import NodeWindows, node_windows
+from tuned_rl.fleet.prometheus import PrometheusError, Series, check_url, parse_matrix, query_range
+from tuned_rl.fleet.quantiles import histogram_quantile
+from tuned_rl.fleet.verdict import FAIL, INCONCLUSIVE, PASS, FleetSettings, judge
+
+BOUNDS = [1e-6 * 2 ** (k / 4) for k in range(60)] + [math.inf]
+
+
+def test_histogram_quantile_interpolates_in_its_bucket_as_promql_does():
+    bounds, cumulative = [0.1, 0.2, 0.4, math.inf], [10, 60, 100, 100]
+    assert histogram_quantile(0.5, bounds, cumulative) == pytest.approx(0.1 + 0.1 * 40 / 50)
+    assert histogram_quantile(0.05, bounds, cumulative) == pytest.approx(0.05)  # from 0 below the first bound
+    assert histogram_quantile(0.999, [0.1, 0.2, math.inf], [10, 20, 30]) == 0.2  # in +Inf: the highest finite bound
+    assert math.isnan(histogram_quantile(0.9, bounds, [0, 0, 0, 0]))
+    with pytest.raises(ValueError):
+        histogram_quantile(0.5, [0.1, 0.2], [1, 2])
+
+
+def node(name: str, rng, minutes: int = 15, ratio: float = 1.0, waits: int = 60_000, shared=None) -> NodeWindows:
+    """A node whose waits are log-normal (median 20 us), scaled by its own factor and each minute's."""
+    own = math.exp(rng.normal(0, 0.1))
+    counts = []
+    for minute in range(minutes):
+        scale = own * ratio * (shared[minute] if shared is not None else 1.0)
+        samples = np.exp(rng.normal(math.log(20e-6), 0.8, waits)) * scale
+        counts.append(np.cumsum(np.bincount(np.searchsorted(BOUNDS, samples), minlength=len(BOUNDS))).astype(float))
+    return NodeWindows(name, BOUNDS, counts)
+
+
+def fleet(rng, treated_ratio=1.0, alone: float | None = None, sides=8):
+    shared = np.exp(rng.normal(0, 0.15, 15))  # a fleet-wide peak moves every node
+    treated = {f"t{i}": node(f"t{i}", rng, ratio=(alone if alone and i == 0 else treated_ratio), shared=shared)
+               for i in range(sides)}
+    control = {f"c{i}": node(f"c{i}", rng, shared=shared) for i in range(sides)}
+    return treated, control
+
+
+def test_an_unchanged_fleet_passes_a_broad_regression_fails_and_one_node_alone_is_named():
+    rng = np.random.default_rng(3)
+    same = judge(*fleet(rng))
+    assert same.outcome == PASS and same.upper < 1.5, same.reason
+    worse = judge(*fleet(rng, treated_ratio=2.0))
+    assert worse.outcome == FAIL and worse.shift > 1.6 and worse.p_value < 0.005, worse.reason
+    one = judge(*fleet(rng, alone=3.0))
+    assert one.outcome == FAIL and one.regressed_nodes == ["t0"], one.reason
+    assert "t0" in one.reason
+
+
+def test_too_few_nodes_is_inconclusive_and_says_how_many_are_needed():
+    rng = np.random.default_rng(4)
+    treated, control = fleet(rng, sides=2)
+    verdict = judge(treated, control)
+    assert verdict.outcome == INCONCLUSIVE and verdict.needed_nodes == 3 and "at least 3" in verdict.reason
+
+
+def test_a_reset_and_a_node_that_stops_reporting_are_named_and_flip_nothing():
+    rng = np.random.default_rng(5)
+    treated, control = fleet(rng)
+    before = judge(treated, control)
+    treated["t1"].counts[4] = None
+    treated["t1"].resets.append(240.0)
+    control["c2"].counts[9:] = [None] * 6
+    control["c2"].missing += [600.0 + 60 * i for i in range(6)]
+    control["c3"].counts[:9] = [None] * 9  # more than half its sub-windows gone: left out
+    after = judge(treated, control)
+    assert after.outcome == before.outcome == PASS
+    figures = {n.node: n for n in after.nodes}
+    assert "watch restarted" in figures["t1"].notes[0] and figures["t1"].left_out is None
+    assert "did not report in 6" in figures["c2"].notes[0]
+    assert figures["c3"].left_out and "6 of 15" in figures["c3"].left_out
+
+
+def series(node_name: str, le: str, samples) -> Series:
+    return Series({"instance": node_name, "le": le, "target": "name:infer"}, samples)
+
+
+def test_node_windows_take_increments_between_boundaries_and_name_resets_and_gaps():
+    times = [0.0, 60.0, 120.0, 180.0]
+    rows = [series("a:9100", "0.001", [(0, 10), (60, 20), (120, 5), (180, 15)]),  # watch restarted before 120
+            series("a:9100", "+Inf", [(0, 12), (60, 25), (120, 6), (180, 20)]),
+            series("b:9100", "0.001", [(0, 1), (60, 2), (180, 4)]),  # no sample at 120
+            series("b:9100", "+Inf", [(0, 1), (60, 3), (180, 9)])]
+    windows = node_windows(rows, "instance", times)
+    a, b = windows["a:9100"], windows["b:9100"]
+    assert a.counts[0].tolist() == [10, 13] and a.counts[1] is None and a.resets == [120.0]
+    assert a.counts[2].tolist() == [10, 14]
+    assert b.counts[1] is None and b.counts[2] is None and b.missing == [120.0, 180.0]
+
+
+class FakePrometheus(BaseHTTPRequestHandler):
+    answer: bytes = b""
+    status = 200
+    asked: list = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        FakePrometheus.asked.append(self.path)
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(self.answer)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def prometheus():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_query_range_asks_prometheus_and_reads_its_matrix(prometheus):
+    FakePrometheus.status, FakePrometheus.asked = 200, []
+    FakePrometheus.answer = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"instance": "a", "le": "+Inf"}, "values": [[0, "1"], [60, "5"]]}]}}).encode()
+    found = query_range(prometheus, 'tuned_rl_runqueue_latency_seconds_bucket{job="nodes"}', 0, 60, 60)
+    assert found == [Series({"instance": "a", "le": "+Inf"}, [(0.0, 1.0), (60.0, 5.0)])]
+    assert "/api/v1/query_range?query=tuned_rl_runqueue_latency_seconds_bucket" in FakePrometheus.asked[0]
+    FakePrometheus.status, FakePrometheus.answer = 400, b'{"status": "error", "error": "parse error at char 5"}'
+    with pytest.raises(PrometheusError, match="HTTP 400: parse error at char 5"):
+        query_range(prometheus, "bad{", 0, 60, 60)
+
+
+def test_anything_but_a_successful_matrix_is_refused_with_why():
+    with pytest.raises(PrometheusError, match="not JSON"):
+        parse_matrix(b"<html>")
+    with pytest.raises(PrometheusError, match="not a matrix"):
+        parse_matrix(b'{"status": "success", "data": {"resultType": "vector", "result": []}}')
+    with pytest.raises(PrometheusError, match="cannot be read"):
+        parse_matrix(b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}}]}}')
+    with pytest.raises(PrometheusError, match="not an http"):
+        check_url("file:///etc/passwd")
+    with pytest.raises(PrometheusError, match="cannot ask"):
+        query_range("http://127.0.0.1:9", "x", 0, 60, 60, timeout=2)
+    assert FleetSettings().alpha_group + FleetSettings().alpha_node == 0.01
