@@ -69,7 +69,8 @@ def tuned_rl_plan_process(profile: Profile, host: Host, process: ProcessInfo) ->
     process already placed plans no pending change, so calling this twice changes nothing the
     second time. watch journals each step's ``before`` durably and writes its changes exactly as
     ``apply`` does, so ``rollback`` (and a ``kill -9`` of watch at any moment) restore the late
-    processes too.
+    processes too. watch names each step it writes by the step's ``verb``: "placed" (the default),
+    or "evicted" (``Step(..., verb="evicted")``), its events' names (docs/watch.md).
 
     :param profile: the applied profile (merged, validated).
     :param host: where to read current values.
