@@ -164,17 +164,15 @@ def _scores(treated: dict[str, NodeWindows], control: dict[str, NodeWindows], s:
     scores = {}
     for name in logs:
         differences = _differences(logs[name], [logs[c] for c in control if c != name], windows)
-        if name in figures:
-            figures[name].sub_windows = len(differences)
+        record = figures.get(name, NodeFigures(name, ""))  # a window before: figures of its own, not kept
+        record.sub_windows = len(differences)
         if len(differences) * 2 < windows or not differences:
-            if name in figures:
-                figures[name].left_out = f"data in {len(differences)} of {windows} sub-windows (fewer than half)"
+            record.left_out = f"data in {len(differences)} of {windows} sub-windows (fewer than half)"
             continue
         scores[name] = float(np.median(differences))
+        record.score = round(math.exp(scores[name]), 4)
         if residuals is not None:
             residuals[name] = differences
-        if name in figures:
-            figures[name].score = round(math.exp(scores[name]), 4)
     return scores
 
 

@@ -32,13 +32,10 @@ class LiveRoot:
         return read_small(f"/proc/{relative}", limit)
 
     def read_prefix(self, host: Host, target: str, limit: int) -> bytes:
-        if target.startswith("/proc/") and ".." not in target:
-            return read_small(target, limit)  # the hot path of reading processes: no pathlib
-        return read_small(str(host.path(target)), limit)
+        return read_small(_bare(host, target), limit)
 
     def read_once(self, host: Host, target: str, limit: int) -> bytes:
-        return read_once(target if target.startswith("/proc/") and ".." not in target else str(host.path(target)),
-                         limit)
+        return read_once(_bare(host, target), limit)
 
     def refuse_commands(self, what: str) -> None:
         """Commands and systemd calls run here."""
@@ -118,6 +115,11 @@ class TreeRoot:
 
     def own_pid(self) -> int | None:
         return None
+
+
+def _bare(host: Host, target: str) -> str:
+    """A live path to open: a /proc one as it is (the hot path of reading processes: no pathlib)."""
+    return target if target.startswith("/proc/") and ".." not in target else str(host.path(target))
 
 
 def root_for(root: Path) -> LiveRoot | TreeRoot:
