@@ -33,7 +33,8 @@ RECORDINGS = ("canary8k_quiet", "canary8k_jobs", "canary8k_noisy_host")  # 300 s
 FINE_PER_DOUBLING, LOW, HIGH = 64, 8, 35  # the fine grid waits are binned on: 2^8 to 2^35 ns
 BOUNDS_S = [ns / 1e9 for _, ns in BOUNDS] + [math.inf]
 NODE_SD, TIME_SD = 0.10, 0.15
-SUB_WINDOW_S = 60.0
+SUB_WINDOW_S = 60.0  # the judge's sub-window (--sub-window)
+MINUTE_S = 60.0  # the fleet's traffic and a node's draw of the recording change every minute
 
 
 class Recording:
@@ -90,6 +91,7 @@ def simulate(rng, recordings, treated: int, control: int, minutes: int, ratio: f
     """Node windows for one trial: (treated, control, before); ``regressed`` treated nodes (None: all)
     have their waits x ``ratio`` after the change; ``before`` is every node's window before it."""
     recording = recordings[rng.integers(len(recordings))]  # one kind of node, one kind of day, per trial
+    minute_windows = int(round(MINUTE_S / recording.window_s))
     length = int(round(SUB_WINDOW_S / recording.window_s))
     nodes: dict[str, dict[str, NodeWindows]] = {"treated": {}, "control": {}, "before": {}}
     for group, count in (("treated", treated), ("control", control)):
@@ -99,17 +101,21 @@ def simulate(rng, recordings, treated: int, control: int, minutes: int, ratio: f
             for period, shared in (("before", BEFORE_SHARED), (group, AFTER_SHARED)):
                 windows = NodeWindows(f"{group}-{number}", BOUNDS_S, [])
                 for minute in range(minutes):
-                    # A recording holds 5 minutes: each sub-window is a 60 s span from a random offset,
+                    # A recording holds 5 minutes: each minute is a span of it from a random offset,
                     # drawn afresh (a replay in order would give the window before the change the
-                    # same minutes as the one after, and a difference of the two no noise at all).
-                    fine, below = recording.span(int(rng.integers(recording.windows)), length)
+                    # same minutes as the one after, and a difference of the two no noise at all),
+                    # and cut into sub-windows in order: what a minute holds (a stall lasting
+                    # seconds) stays in the sub-windows that follow one another.
+                    start = int(rng.integers(recording.windows))
                     scale = own * shared[minute] * (ratio if hit and period != "before" else 1.0)
-                    windows.counts.append(coarse(fine, below, scale))
+                    for offset in range(0, minute_windows - length + 1, length):
+                        fine, below = recording.span(start + offset, length)
+                        windows.counts.append(coarse(fine, below, scale))
                 nodes[period][windows.node] = windows
     return nodes["treated"], nodes["control"], nodes["before"]
 
 
-BEFORE_SHARED = AFTER_SHARED = np.ones(1)  # set per trial (the fleet's traffic in each sub-window)
+BEFORE_SHARED = AFTER_SHARED = np.ones(1)  # set per trial (the fleet's traffic in each minute)
 
 
 CASES = [  # (label, treated, control, minutes, ratio, regressed nodes)
@@ -130,6 +136,7 @@ CASES = [  # (label, treated, control, minutes, ratio, regressed nodes)
 
 
 def main(argv=None) -> int:
+    global SUB_WINDOW_S, BEFORE_SHARED, AFTER_SHARED
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
@@ -138,29 +145,35 @@ def main(argv=None) -> int:
                         help="replay only this recording (default: each trial one of them at random)")
     parser.add_argument("--design", choices=("before-after", "same-hours"), default="before-after",
                         help="each node's change from the window before (default), or the same hours alone")
+    parser.add_argument("--sub-window", type=float, default=SUB_WINDOW_S,
+                        help=f"seconds a sub-window (default {SUB_WINDOW_S:g}: the judge's default)")
     args = parser.parse_args(argv)
+    SUB_WINDOW_S = args.sub_window
     recordings = [Recording(name) for name in (args.recording or RECORDINGS)]
     settings = FleetSettings()
-    print(f"| case | fail | pass | inconclusive | regressed node named | median shift |  ({args.trials} trials, "
+    print(f"| case | fail | pass | inconclusive | regressed node named | group test fails | a node named wrongly | median shift |  ({args.trials} trials, "
           f"seed {args.seed}, {args.design}, {', '.join(args.recording or ['every recording'])})")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for label, treated, control, minutes, ratio, regressed in CASES:
         if args.case and not any(text in label for text in args.case):
             continue
         rng = np.random.default_rng(args.seed)
         outcomes, named, shifts, began = [], 0, [], time.monotonic()
+        by_group = wrongly_named = 0
         for _ in range(args.trials):
-            global BEFORE_SHARED, AFTER_SHARED
             BEFORE_SHARED, AFTER_SHARED = (np.exp(rng.normal(0, TIME_SD, minutes)) for _ in range(2))
             now, earlier, before = simulate(rng, recordings, treated, control, minutes, ratio, regressed)
             verdict = judge(now, earlier, settings, before if args.design == "before-after" else None)
             outcomes.append(verdict.outcome)
             named += regressed is not None and "treated-0" in verdict.regressed_nodes
+            by_group += verdict.p_value is not None and verdict.p_value <= settings.alpha_group
+            wrongly_named += any(ratio == 1.0 or (regressed is not None and n != "treated-0")
+                                 for n in verdict.regressed_nodes)
             if verdict.shift is not None:
                 shifts.append(verdict.shift)
         share = {o: outcomes.count(o) / len(outcomes) for o in (FAIL, PASS)}
         print(f"| {label} | {share[FAIL]:.1%} | {share[PASS]:.1%} | {1 - share[FAIL] - share[PASS]:.1%} | "
-              f"{named / args.trials:.1%} | x{np.median(shifts) if shifts else float('nan'):.2f} |", flush=True)
+              f"{named / args.trials:.1%} | {by_group / args.trials:.1%} | {wrongly_named / args.trials:.1%} | x{np.median(shifts) if shifts else float('nan'):.2f} |", flush=True)
         print(f"  ({time.monotonic() - began:.0f} s)", file=sys.stderr)
     return 0
 
