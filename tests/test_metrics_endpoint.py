@@ -53,7 +53,7 @@ def figures(counts, over=None, window=None) -> WatchFigures:
     state = TelemetryState(totals, window, 250.0, alarms=2, alarms_suppressed=7, regressions=1,
                            attribution_attached_s=31.5)
     return WatchFigures('name:model"\n', "node", state, 0.010, {"kept": 2, "reverted": 1}, 3, 4, 0, 1.25,
-                        48_000_000)
+                        48_000_000, "0123456789abcdef", "a100-6.1")
 
 
 def scrape_text(figures_fn) -> str:
@@ -78,13 +78,17 @@ def test_a_scrape_parses_and_its_histogram_holds_the_kernels_counts():
     got = samples(text)
     target = ("target", 'name:model"\n')  # a label value is escaped by prometheus_client, and parses back
 
+    node = [target, ("profile", "node"), ("profile_digest", "0123456789abcdef"), ("node_class", "a100-6.1")]
+
     def bucket(le):
-        return got[("tuned_rl_runqueue_latency_seconds_bucket", tuple(sorted([("le", le), target])))]
+        return got[("tuned_rl_runqueue_latency_seconds_bucket", tuple(sorted([("le", le), *node])))]
     assert bucket("5.7344e-05") == 900 and bucket("4.9152e-05") == 0
     assert bucket("0.004194304") == 900 and bucket("0.00524288") == 909  # 4.98 ms is in [4.19, 5.24) ms
     assert bucket("+Inf") == 910 and bucket("8.589934592") == 909
-    assert got[("tuned_rl_runqueue_latency_seconds_count", (target,))] == 910
-    assert got[("tuned_rl_runqueue_latency_seconds_sum", (target,))] == pytest.approx(0.123456789)
+    assert got[("tuned_rl_runqueue_latency_seconds_count", tuple(sorted(node)))] == 910
+    assert got[("tuned_rl_runqueue_latency_seconds_sum", tuple(sorted(node)))] == pytest.approx(0.123456789)
+    # The fleet's labels are the node's, never a process's: one series per bucket, whatever runs.
+    assert sum(1 for name, _ in got if name == "tuned_rl_runqueue_latency_seconds_bucket") == len(BOUNDS) + 1
     assert got[("tuned_rl_runqueue_waits_over_threshold_total", tuple(sorted([("cpu", "1"), target])))] == 2
     assert got[("tuned_rl_alarms_suppressed_total", (target,))] == 7
     assert got[("tuned_rl_window_latency_seconds", tuple(sorted([("quantile", "0.999"), target])))] == 0.0049

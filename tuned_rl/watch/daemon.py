@@ -33,6 +33,7 @@ class DaemonOptions:
     regressed_factor: float
     rescan_s: float
     warm_up_s: float
+    node_class: str = ""
 
 
 def run_daemon(agent: Agent, options: DaemonOptions) -> int:
@@ -66,7 +67,7 @@ def run_daemon(agent: Agent, options: DaemonOptions) -> int:
     try:
         if address is not None:
             try:
-                server = serve(address, lambda: figures_of(watcher))
+                server = serve(address, lambda: figures_of(watcher, options.node_class))
             except OSError as err:
                 return _fail(f"cannot serve metrics on {address}: {err.strerror or err}")
             emit({"event": WatchEvent.SERVING, "url": f"http://{address}/metrics", "loopback": address.loopback})

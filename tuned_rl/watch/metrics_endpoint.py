@@ -9,7 +9,11 @@ What it serves (prometheus_client's text format; each family is read from watch'
 when scraped, nothing is kept twice):
 
 - ``tuned_rl_runqueue_latency_seconds`` (histogram, per target): every wait the kernel measured
-  since watch started, in buckets on the kernel's own bucket bounds (four per doubling, 1 µs to 8.6 s);
+  since watch started, in buckets on the kernel's own bucket bounds (four per doubling, 1 µs to 8.6 s),
+  labelled with what a fleet query groups nodes by: ``profile`` and ``profile_digest`` (the applied
+  profile's name and the digest of its merged tables, as ``status`` names them) and ``node_class``
+  (``--node-class``, what the operator calls this kind of node); one series set per node, never
+  one per process;
 - ``tuned_rl_runqueue_waits_over_threshold_total`` (per target and CPU), counted in the kernel;
   ``tuned_rl_alarm_threshold_seconds``; ``tuned_rl_alarms_total``, ``tuned_rl_alarms_suppressed_total``;
 - ``tuned_rl_window_latency_seconds`` (p99 and p999 of the sliding window), ``tuned_rl_verified_p999_seconds``,
@@ -27,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import ipaddress
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -47,6 +52,16 @@ OUTCOMES = (Outcome.KEPT, Outcome.REVERTED, Outcome.INCONCLUSIVE)
 FIRST_DOUBLING, LAST_DOUBLING = 10, 33
 BOUNDS = [(doubling * 16 + 4 * quarter, (4 + quarter) << (doubling - 2))
           for doubling in range(FIRST_DOUBLING, LAST_DOUBLING) for quarter in range(4)] + [(LAST_DOUBLING * 16, 1 << LAST_DOUBLING)]
+
+
+NODE_CLASS_PATTERN = re.compile(r"[A-Za-z0-9_.:/-]{1,64}")
+
+
+def check_node_class(text: str) -> str:
+    """``--node-class``: a label value a fleet query selects by (letters, digits, ``_.:/-``; 64 at most)."""
+    if not NODE_CLASS_PATTERN.fullmatch(text):
+        raise ValueError(f"a node class is 1-64 letters, digits or _.:/- (such as a100-6.1), not {text!r}")
+    return text
 
 
 class AddressError(ValueError):
@@ -118,9 +133,9 @@ class WatchCollector:
             histogram = HistogramMetricFamily("tuned_rl_runqueue_latency_seconds",
                                               "Run-queue latency of the target's threads (wakeup or preemption to "
                                               "running), every wait since watch started, measured in the kernel.",
-                                              labels=["target"])
+                                              labels=["target", "profile", "profile_digest", "node_class"])
             bucket_pairs, total_s = buckets(totals.counts, totals.sum_ns)
-            histogram.add_metric(target, bucket_pairs, total_s)
+            histogram.add_metric([f.target, f.profile, f.profile_digest, f.node_class], bucket_pairs, total_s)
             yield histogram
             over = CounterMetricFamily("tuned_rl_runqueue_waits_over_threshold",
                                        "Waits of the target at least as long as the alarm threshold, counted in the "
@@ -183,9 +198,11 @@ class WatchFigures:
     events_lost: int
     cpu_seconds: float
     resident_bytes: int = 0
+    profile_digest: str = ""
+    node_class: str = ""
 
 
-def figures_of(watcher) -> WatchFigures:
+def figures_of(watcher, node_class: str = "") -> WatchFigures:
     """What a scrape shows of a running Watcher (read from the server's thread: only whole values)."""
     telemetry, applied = watcher.telemetry, watcher.applied
     outcomes: dict[str, int] = {}
@@ -194,7 +211,7 @@ def figures_of(watcher) -> WatchFigures:
     return WatchFigures(str(telemetry.target) if telemetry else "", applied.profile if applied else "",
                         telemetry.state if telemetry else None, telemetry.settings.alarm_ms / 1e3 if telemetry else 0.0,
                         outcomes, watcher.stats.placed, watcher.stats.evicted, watcher.stats.lost, time.process_time(),
-                        _own_process().memory_info().rss)
+                        _own_process().memory_info().rss, (applied.digest or "") if applied else "", node_class)
 
 
 @functools.lru_cache(maxsize=1)
