@@ -115,7 +115,7 @@ def test_every_command_line_option_is_documented_in_commands_md():
     text = (DOCS / "commands.md").read_text()
     by_command = {}
     for heading, body in sections(text, 3).items():
-        match = re.match(r"`([a-z]+)", heading)
+        match = re.match(r"`([a-z]+(?: [a-z]+)*)", heading)
         if match:
             by_command[match.group(1)] = body
     parser = manpage.parser_without_environment()

@@ -150,3 +150,109 @@ def test_anything_but_a_successful_matrix_is_refused_with_why():
     with pytest.raises(PrometheusError, match="cannot ask"):
         query_range("http://127.0.0.1:9", "x", 0, 60, 60, timeout=2)
     assert FleetSettings().alpha_group + FleetSettings().alpha_node == 0.01
+
+
+def test_a_selector_is_only_label_matchers_and_node_names_are_escaped():
+    from tuned_rl.fleet.selection import SelectionError, bucket_query, node_matcher, parse_nodes, parse_selector
+    matchers = parse_selector('{job="tuned-rl", node_class=~"a100.*",zone!="b\\"x"}')
+    assert [str(m) for m in matchers] == ['job="tuned-rl"', 'node_class=~"a100.*"', 'zone!="b\\"x"']
+    for bad in ('job="a"} or vector(1)', "job=a", "up", 'le="0.1"', 'job="a",,', 'job="a" job="b"', 'job="a\n"'):
+        with pytest.raises(SelectionError):
+            parse_selector(bad)
+    assert parse_selector("") == []
+    # A node name is matched as itself: regex characters and quotes escaped, for RE2 and PromQL's string.
+    matcher = node_matcher("instance", ['10.0.0.1:9464', 'odd"|.*'])
+    assert str(matcher) == 'instance=~"10\\\\.0\\\\.0\\\\.1:9464|odd\\"\\\\|\\\\.\\\\*"'
+    assert bucket_query(matchers[:1], "instance") == (
+        'sum by (instance, le) (tuned_rl_runqueue_latency_seconds_bucket{job="tuned-rl"})')
+    for bad in ("", "a,a", "x\x1b[2J"):
+        with pytest.raises(SelectionError):
+            parse_nodes(bad)
+    with pytest.raises(SelectionError):
+        bucket_query([], "le")
+
+
+def cumulative_series(windows: NodeWindows, label: str, start: float, step: float) -> list[Series]:
+    """What Prometheus answers for a node whose sub-window increments are ``windows.counts``."""
+    total = np.zeros(len(windows.bounds))
+    values = [total.copy()]
+    for counts in windows.counts:
+        total = total + counts
+        values.append(total.copy())
+    return [Series({label: windows.node, "le": "+Inf" if math.isinf(b) else repr(b)},
+                   [(start + k * step, float(v[i])) for k, v in enumerate(values)])
+            for i, b in enumerate(windows.bounds)]
+
+
+def test_the_fleet_judge_asks_once_a_side_and_names_a_listed_node_without_data():
+    from tuned_rl.fleet.fleet_run import FleetQuery, Side, format_judgement, run_fleet_judge
+    from tuned_rl.fleet.selection import SelectionError, parse_selector
+    rng = np.random.default_rng(6)
+    treated, control = fleet(rng, treated_ratio=2.0)
+    end, step = 10_000.0, 60.0
+    asked = []
+
+    def ask(url, query, start, stop, every):
+        asked.append((query, start, stop, every))
+        side = treated if 'group="treated"' in query else control
+        return [s for w in side.values() for s in cumulative_series(w, "instance", start, every)]
+
+    query = FleetQuery("http://prometheus:9090", Side(tuple(parse_selector('group="treated"'))),
+                       Side(tuple(parse_selector('group="control"')), ("c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7",
+                                                                         "gone:9464")),
+                       end, 900.0, step)
+    judgement = run_fleet_judge(query, ask)
+    assert judgement.verdict.outcome == FAIL and judgement.verdict.shift > 1.6
+    assert [a[1:] for a in asked] == [(end - 900, end, step)] * 2
+    assert 'instance=~"c0|c1|c2|c3|c4|c5|c6|c7|gone:9464"' in asked[1][0]
+    gone = next(n for n in judgement.verdict.nodes if n.node == "gone:9464")
+    assert gone.left_out.startswith("no data") and gone.group == "control"
+    text = format_judgement(judgement)
+    assert text.startswith("fleet verdict: fail: ") and "gone:9464" in text and "LEFT OUT: no data" in text
+    assert judgement.to_dict()["queries"]["treated"].startswith("sum by (instance, le)")
+    # A node on both sides is an error, not a choice; so is a window that is not whole sub-windows.
+    with pytest.raises(SelectionError, match="both"):
+        run_fleet_judge(FleetQuery("http://p:9090", Side(tuple(parse_selector('group="treated"'))),
+                                   Side(tuple(parse_selector('group="treated"'))), end), ask)
+    with pytest.raises(SelectionError, match="sub-windows"):
+        run_fleet_judge(FleetQuery("http://p:9090", query.treated, query.control, end, 90.0, 60.0), ask)
+
+
+def test_fleet_judge_on_the_command_line_exits_by_its_verdict(prometheus, capsys):
+    from tuned_rl.cli import main
+    rng = np.random.default_rng(7)
+    treated, control = fleet(rng)
+    end = 20_000.0
+
+    def answer(group):
+        side = treated if group == "treated" else control
+        return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+            {"metric": s.labels, "values": [[t, repr(v)] for t, v in s.samples]}
+            for w in side.values() for s in cumulative_series(w, "instance", end - 900, 60.0)]}}).encode()
+
+    class Answering(FakePrometheus):
+        def do_GET(self):  # noqa: N802
+            FakePrometheus.answer = answer("treated" if "treated" in self.path else "control")
+            super().do_GET()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answering)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        FakePrometheus.status = 200
+        status = main(["fleet", "judge", "--prometheus", url, "--treated", 'group="treated"', "--control",
+                       'group="control"', "--end", "1970-01-01T05:33:20Z", "--window", "15m", "--json"])
+        report = json.loads(capsys.readouterr().out)
+        assert status == 0 and report["outcome"] == "pass" and len(report["nodes"]) == 16
+        assert report["windows"]["after"] == [end - 900, end]
+        status = main(["fleet", "judge", "--prometheus", url, "--treated", 'group="treated"', "--control",
+                       'group="control"', "--end", "20000", "--window", "15m", "--harm", "1.0001"])
+        out = capsys.readouterr().out
+        assert status == 3 and out.startswith("fleet verdict: inconclusive")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert main(["fleet", "judge", "--prometheus", "http://127.0.0.1:9", "--treated", 'a="b"', "--control",
+                 'a="c"', "--end", "20000"]) == 4
+    assert main(["fleet", "judge", "--prometheus", "http://127.0.0.1:9", "--treated", "up or 1", "--control",
+                 'a="c"']) == 2

@@ -35,6 +35,9 @@ EXIT_STATUSES = [
                       "is locked by another tuned-rl, or the host refused a read or write."),
     (cli.EXIT_BAD_INPUT, "Bad input: an unknown option, a profile that does not validate (nothing was changed), "
                          "a target or argument that cannot be used."),
+    (cli.EXIT_FLEET["inconclusive"], "fleet judge: inconclusive (too few nodes or waits to decide; it says how "
+                                     "many would). Its pass is 0 and its fail 1."),
+    (cli.EXIT_PROMETHEUS, "fleet judge: Prometheus could not be asked, or did not answer with a matrix."),
     (126, "exec: the command was found but could not be run."),
     (127, "exec: the command was not found. Otherwise exec's status is the command's own."),
     (cli.EXIT_BROKEN_PIPE, "Whoever read the output stopped reading (tuned-rl status | head), as a process "
@@ -86,10 +89,17 @@ def option_term(action: argparse.Action) -> str:
 
 
 def commands(parser: argparse.ArgumentParser) -> dict[str, tuple[argparse.ArgumentParser, str]]:
-    """Each command's parser and its one-line help, in the parser's order."""
+    """Each command's parser and its one-line help, in the parser's order; a command with commands
+    of its own (fleet) is named by each of them ("fleet judge")."""
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {choice.dest: choice.help for choice in subparsers._choices_actions}
-    return {name: (sub, helps.get(name, "")) for name, sub in subparsers.choices.items()}
+    found = {}
+    for name, sub in subparsers.choices.items():
+        if any(isinstance(a, argparse._SubParsersAction) for a in sub._actions):
+            found.update({f"{name} {inner}": value for inner, value in commands(sub).items()})
+        else:
+            found[name] = (sub, helps.get(name, ""))
+    return found
 
 
 def documented_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:

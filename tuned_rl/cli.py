@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--metrics-address", nargs="?", const="127.0.0.1:9464", default=None, metavar="ADDRESS",
                        help="serve Prometheus metrics at http://ADDRESS/metrics (default when given without a value: "
                             "%(const)s; a port alone is loopback; another address only as an IP address)")
+    watch.add_argument("--node-class", type=_node_class, metavar="CLASS",
+                       help="label the latency histogram on /metrics node_class=CLASS (this kind of node: hardware, "
+                            "kernel), for a fleet query to group by")
     watch.add_argument("--alarm-ms", type=_positive(float), default=10.0,
                        help="a wait of the target this long is an alarm that names what held its CPU "
                             "(default %(default)s)")
@@ -145,10 +148,45 @@ def build_parser() -> argparse.ArgumentParser:
                        help="\"regressed\": the window's p999 over the verified p999 times this (default %(default)s)")
     watch.add_argument("--no-measure", action="store_true",
                        help="do not measure the target (no alarms, no regressed check, no latency metrics)")
+    fleet = commands.add_parser("fleet", help="judge a roll-out across nodes, from Prometheus")
+    fleet_commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="FLEET_COMMAND")
+    judge = fleet_commands.add_parser(
+        "judge", help="treated nodes against control nodes, on the same hours, from Prometheus",
+        description="Reads every node's tuned_rl_runqueue_latency_seconds histogram (watch's /metrics, as "
+                    "Prometheus stored it) through Prometheus's /api/v1/query_range, the treated and the control "
+                    "nodes over the same window in sub-windows, and decides whether the treated nodes' p999 is "
+                    "worse than the control's beyond the tolerance (docs/fleet.md says how, with its error rates). "
+                    "Exit status: 0 pass, 1 fail, 2 bad input, 3 inconclusive, 4 Prometheus could not be read.")
+    judge.add_argument("--prometheus", required=True, metavar="URL", help="the Prometheus server, http://HOST:9090")
+    judge.add_argument("--selector", default="", metavar="MATCHERS",
+                       help='label matchers every node must match, such as job="tuned-rl",node_class="a100"')
+    judge.add_argument("--treated", default="", metavar="MATCHERS", help="label matchers of the treated nodes")
+    judge.add_argument("--treated-nodes", metavar="NODE,...",
+                       help="the treated nodes by name (their --node-label value); one listed without data is named")
+    judge.add_argument("--control", default="", metavar="MATCHERS", help="label matchers of the control nodes")
+    judge.add_argument("--control-nodes", metavar="NODE,...", help="the control nodes by name")
+    judge.add_argument("--node-label", default="instance", help="the label that names a node (default %(default)s)")
+    judge.add_argument("--end", type=_instant, default="now",
+                       help="the end of the window: now, Unix seconds or ISO 8601 (default %(default)s)")
+    judge.add_argument("--window", type=_duration, default=900.0,
+                       help="its length: seconds, or 30s, 15m, 2h (default 15m)")
+    judge.add_argument("--step", type=_duration, default=60.0,
+                       help="a sub-window, at least the scrape interval (default 60s)")
+    judge.add_argument("--changed-at", type=_instant, metavar="TIME",
+                       help="when the treated nodes changed: each node's window before it is compared too, so a "
+                            "node's own level leaves the test")
+    judge.add_argument("--tolerance", type=_non_negative_float, default=0.1,
+                       help="a treated p999 this much worse (0.1: x1.1) is not a regression (default %(default)s)")
+    judge.add_argument("--harm", type=_positive(float), default=1.5,
+                       help="pass rules out a treated p999 this many times the control's (default %(default)s)")
+    judge.add_argument("--min-waits", type=_positive(int), default=2000,
+                       help="a sub-window with fewer waits is left out (default %(default)s)")
     for name, text in [("status", "what is applied, and whether it drifted"),
                        ("plugins", "loaded plugins and the tables they own")]:
         commands.add_parser(name, help=text)
-    for sub in commands.choices.values():
+    for sub in [*commands.choices.values(), judge]:
+        if sub is fleet:
+            continue
         sub.add_argument("--json", action="store_true", help="machine-readable output on stdout")
         sub.add_argument("--state-dir", default=argparse.SUPPRESS, help="as before the command")
     return parser
@@ -406,10 +444,37 @@ def cmd_watch(agent: Agent, args) -> int:
     return run_daemon(agent, DaemonOptions(
         json=args.json, metrics_address=args.metrics_address, measure=not args.no_measure, alarm_ms=args.alarm_ms,
         regressed_window_s=args.regressed_window_seconds, regressed_factor=args.regressed_factor,
-        rescan_s=args.rescan_seconds, warm_up_s=args.warm_up_seconds))
+        rescan_s=args.rescan_seconds, warm_up_s=args.warm_up_seconds, node_class=args.node_class or ""))
 
 
-COMMANDS = {"apply": cmd_apply, "watch": cmd_watch, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,
+EXIT_FLEET = {"pass": EXIT_OK, "fail": EXIT_FAILED, "inconclusive": 3}
+EXIT_PROMETHEUS = 4
+
+
+def cmd_fleet(agent: Agent, args) -> int:
+    from tuned_rl.fleet.fleet_run import FleetQuery, Side, format_judgement, run_fleet_judge
+    from tuned_rl.fleet.prometheus import PrometheusError
+    from tuned_rl.fleet.selection import SelectionError, parse_nodes, parse_selector
+    from tuned_rl.fleet.verdict import FleetSettings
+    try:
+        query = FleetQuery(
+            args.prometheus,
+            Side(tuple(parse_selector(args.treated)), tuple(parse_nodes(args.treated_nodes)) if args.treated_nodes else ()),
+            Side(tuple(parse_selector(args.control)), tuple(parse_nodes(args.control_nodes)) if args.control_nodes else ()),
+            args.end, args.window, args.step, args.changed_at, args.node_label, tuple(parse_selector(args.selector)),
+            FleetSettings(tolerance=args.tolerance, harm=args.harm, min_waits=args.min_waits))
+        judgement = run_fleet_judge(query)
+    except SelectionError as err:
+        print(f"tuned-rl: fleet judge: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except PrometheusError as err:
+        print(f"tuned-rl: fleet judge: {err}", file=sys.stderr)
+        return EXIT_PROMETHEUS
+    print(json.dumps(judgement.to_dict(), indent=2) if args.json else format_judgement(judgement))
+    return EXIT_FLEET[judgement.verdict.outcome]
+
+
+COMMANDS = {"apply": cmd_apply, "fleet": cmd_fleet, "watch": cmd_watch, "rollback": cmd_rollback, "status": cmd_status, "plugins": cmd_plugins,
             "measure": cmd_measure, "diagnose": cmd_diagnose, "doctor": cmd_doctor, "exec": cmd_exec}
 
 
@@ -443,6 +508,47 @@ def _target(text: str) -> Target:
     try:
         return Target.parse(text)
     except TargetError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def _instant(text: str) -> float:
+    """now, Unix seconds, or an ISO 8601 time (UTC unless it says otherwise)."""
+    import datetime
+    if text == "now":
+        return time.time()
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not now, Unix seconds or an ISO 8601 time: {text}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+        value = moment.timestamp()
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"not a time: {text}")
+    return value
+
+
+def _duration(text: str) -> float:
+    """Seconds, or a number with s, m, h or d."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+    try:
+        value = float(number) * unit
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration (seconds, or 30s, 15m, 2h): {text}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"a duration above 0, not {text}")
+    return value
+
+
+def _node_class(text: str) -> str:
+    from tuned_rl.watch.metrics_endpoint import check_node_class
+    try:
+        return check_node_class(text)
+    except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from err
 
 
