@@ -12,6 +12,16 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
             python3-bpfcc python3-venv linux-headers-amd64 rt-tests >/dev/null
     fi
+    # Prometheus (Debian's) for the fleet lab, which starts its own server on a loopback port: the
+    # package's own service is kept from starting (policy-rc.d), so nothing else listens afterwards.
+    if ! command -v prometheus >/dev/null; then
+        [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit)" ] || apt-get update -qq
+        policy=/usr/sbin/policy-rc.d
+        own_policy=
+        if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && own_policy=1; fi
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+        [ -z "$own_policy" ] || rm -f "$policy"
+    fi
     # BCC compiles against kernel headers; this VM kernel has no package of its
     # own, so point the module build links at Debian's. They belong to another build: tuned-rl's
     # programs read task_struct fields only at offsets the running kernel's BTF gives.

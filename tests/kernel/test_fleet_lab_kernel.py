@@ -1,0 +1,35 @@
+"""The fleet lab (bench/fleet_lab.py): 30 simulated nodes on loopback scraped by a real Prometheus
+(Debian's), judged by the real `tuned-rl fleet judge` through Prometheus's HTTP API."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
+                                reason="prometheus is not installed (tools/setup.sh installs it as root)")
+
+
+def test_a_regressed_wave_fails_an_unchanged_one_passes_and_the_judges_p999_is_promqls():
+    from fleet_lab import run_lab
+    lab = run_lab(window=40.0, step=5.0, ratio=2.0, per_group=10, say=print)
+    regressed, unchanged = lab["results"]["regressed"], lab["results"]["unchanged"]
+    assert regressed["exit"] == 1 and regressed["report"]["outcome"] == "fail", regressed["report"]["reason"]
+    assert 1.6 < regressed["report"]["shift"] < 2.5
+    assert unchanged["exit"] == 0 and unchanged["report"]["outcome"] == "pass", unchanged["report"]["reason"]
+    # The node whose watch restarted and the node that went away are named, and flip nothing.
+    nodes = {n["node"]: n for n in unchanged["report"]["nodes"]}
+    assert any("counters fell" in note for note in nodes["control-9"]["notes"])
+    assert any("did not report" in note for note in nodes["control-8"]["notes"])
+    for group in ("regressed", "unchanged"):
+        without = lab["results"][f"{group} without control-9|control-8"]["report"]
+        assert without["outcome"] == lab["results"][group]["report"]["outcome"]
+        assert {n["node"] for n in without["nodes"]}.isdisjoint({"control-8", "control-9"})
+    # Each node's p999 over the window is PromQL's histogram_quantile of the same buckets, within one.
+    compared = [row for row in lab["p999"] if row["buckets_apart"] is not None]
+    assert len(compared) == 30 and all(row["buckets_apart"] <= 1 for row in compared), lab["p999"]
