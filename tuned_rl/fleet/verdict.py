@@ -1,29 +1,28 @@
 """Treated nodes against control nodes, the nodes the units, time-matched.
 
-Each sub-window's reference is the control nodes' median log p999 then (a fleet-wide peak moves it,
-and every node with it); a node's score is the median, over its sub-windows, of its log p999 less
-that reference (a control node's own reference leaves it out). With a window before the change
-(``before``: the same nodes, none treated yet), a node's score is its change from that window, so
-that its own level (its hardware, its tenants) leaves the test. Then:
+Each sub-window's reference is the p999 of the control nodes' waits of that sub-window together (a
+control node's own left out): a fleet-wide peak moves it, and every node with it. A node's
+residual is its log p999 less that reference; its score is its median residual, or with a window
+before the change (``before``: the same nodes, none treated yet) the Hodges-Lehmann shift of its
+residuals after over those before, so that its own level (its hardware, its tenants) leaves the
+test and minutes in a stall episode meet like minutes. Then:
 
 - **fail**, treated worse beyond the tolerance: a one-sided exact Mann-Whitney test of the treated
   scores, less log(1 + tolerance), against the control scores, at ``alpha_group``; or one treated
-  node alone beyond the tolerance at ``alpha_node`` shared by the treated nodes (Bonferroni): with a
-  window before, its sub-windows after against its sub-windows before (exact Mann-Whitney, so a
-  heavy tail holds); without, its score against the control scores' prediction interval
-  (Student's t, ``n_control - 1`` degrees of freedom). The node is named: one hardware class can
-  regress alone.
+  node alone beyond the tolerance at ``alpha_node`` shared by the treated nodes (Bonferroni): its
+  score above the control scores' prediction interval (Student's t, ``n_control - 1`` degrees of
+  freedom) and, with a window before, its sub-windows after above its own before (exact
+  Mann-Whitney); both must say so. The node is named: one hardware class can regress alone.
 - **pass**: no fail, and the Hodges-Lehmann upper ``1 - beta`` confidence bound on the treated
   shift (the Mann-Whitney test inverted) below log(``harm``).
 - **inconclusive**: neither, or fewer than ``min_nodes`` nodes with data on a side; it says how
-  many nodes a side would need at the spread seen.
+  many nodes a side would need at the spread seen, and when so few nodes cannot reach
+  ``alpha_group`` at all.
 
 Error rates, as designed: an A/A (no change) fails at most ``alpha_group + alpha_node`` (1% by
 default); a regression of ``harm`` passes at most ``beta`` (5%), whatever the number of nodes; a
-regression within the tolerance fails at most ``alpha_group`` on the group test. bench/fleet_sim.py
-measures them, and the power against nodes and window, on recorded canary histograms
-(docs/fleet.md: the A/A fails 0.0% of 300; on a recording with a stall episode the judge is mostly
-inconclusive). Not yet wired into a command.
+regression within the tolerance fails at most ``alpha_group + alpha_node``. bench/fleet_sim.py
+measures them, and the power against nodes and window, on recorded canary histograms (docs/fleet.md).
 
 A node whose counters fell in a sub-window (watch restarted), that did not report at a boundary,
 or whose sub-window holds fewer than ``min_waits`` waits has that sub-window left out, and is
