@@ -40,3 +40,11 @@ def test_a_canary_that_cannot_be_placed_is_not_left_running():
     with pytest.raises(OSError):
         canary.start()
     assert canary.process.poll() is not None
+
+
+def test_a_canary_writes_nothing_to_the_users_terminal(capfd):
+    # Its stderr is the user's: `python -m` of a module its package had already imported printed
+    # a RuntimeWarning from runpy on every `apply` and `measure` with a canary.
+    with Canary(CanarySpec(threads=1), Host()):
+        pass
+    assert capfd.readouterr().err == ""

@@ -26,7 +26,7 @@ def hostile_directory(tmp_path: Path) -> tuple[Path, Path]:
     work = tmp_path / "work"
     code = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
     for module in ("tuned_rl/__init__.py", "tuned_rl/canary.py", "tuned_rl/measure/__init__.py",
-                   "tuned_rl/measure/canary.py"):
+                   "tuned_rl/measure/canary.py", "tuned_rl/measure/canary_main.py"):
         (work / module).parent.mkdir(parents=True, exist_ok=True)
         (work / module).write_text(code)
     return work, marker
@@ -40,7 +40,7 @@ def test_a_hostile_tuned_rl_in_the_working_directory_is_never_run(tmp_path):
     assert json.loads(result.stdout)["n"] > 500  # the real canary ran and woke
     assert not marker.exists()
     # The hole this closes: the same start without -I, from that directory, runs the planted file.
-    subprocess.run([sys.executable, "-m", "tuned_rl.measure.canary"], cwd=work, input="", text=True, timeout=30,
+    subprocess.run([sys.executable, "-m", "tuned_rl.measure.canary_main"], cwd=work, input="", text=True, timeout=30,
                    capture_output=True)
     assert marker.exists()
 
