@@ -255,3 +255,13 @@ def level_text(level):
 def _rows(step):
     from tuned_rl.core.report import _rows_of
     return _rows_of(step)
+
+
+@pytest.mark.parametrize("events_per_second, windows", [(16_000, 1), (8_005, 1), (7_890, 1), (6_500, 1),
+                                                         (6_000, 2), (1_000, 2), (10, 2)])
+def test_a_block_is_one_window_at_the_canarys_rate_whichever_side_of_8000_its_first_window_fell(
+        events_per_second, windows):
+    # The default canary reads 7,890-8,005 events a second: sized strictly at 4,000 a window, every
+    # other apply measured all its steps in 1 s blocks.
+    assert VerifySettings().windows_per_block(events_per_second) == windows
+    assert VerifySettings(block_windows=3).windows_per_block(events_per_second) == 3
