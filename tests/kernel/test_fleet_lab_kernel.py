@@ -33,3 +33,20 @@ def test_a_regressed_wave_fails_an_unchanged_one_passes_and_the_judges_p999_is_p
     # Each node's p999 over the window is PromQL's histogram_quantile of the same buckets, within one.
     compared = [row for row in lab["p999"] if row["buckets_apart"] is not None]
     assert len(compared) == 30 and all(row["buckets_apart"] <= 1 for row in compared), lab["p999"]
+
+
+def test_the_rollout_play_rolls_back_a_harmful_wave_and_stops_before_the_next():
+    # The real play (packaging/ansible/rollout.yml) on 12 inventory hosts of this machine, each with a
+    # host tree and a state directory of its own; a treated node's latency x2 while its tree holds
+    # the profile's value. Wave 1 (4 nodes) is judged against the 8 untreated ones and fails.
+    from fleet_rollout_lab import TREATED, UNTREATED, run_lab
+    lab = run_lab(ratio=2.0, nodes=12, waves=[4, 4, "100%"], window=20.0, step=4.0, say=print)
+    assert lab["exit"] == 2, lab["output"][-3000:]  # ansible-playbook: a host failed
+    assert any(v.startswith("wave node0, node1, node2, node3 against 8 untreated node(s): fail") for v in lab["verdicts"]), \
+        lab["verdicts"]
+    assert any(v.startswith("the roll-out stopped at wave node0, node1, node2, node3: fail") and "rolled back" in v
+               for v in lab["verdicts"]), lab["verdicts"]
+    # Wave 1 rolled back (its trees as before, no undo record left), later waves never treated.
+    assert set(lab["values"].values()) == {UNTREATED}, lab["values"]
+    assert not any(lab["records"].values()), lab["records"]
+    assert TREATED != UNTREATED
