@@ -92,7 +92,7 @@ def canaries_of(parent: int) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if b"tuned_rl.measure.canary" in cmdline and str(parent).encode() in cmdline:
+        if b"tuned_rl.measure.canary_main" in cmdline and str(parent).encode() in cmdline:
             found.append(int(entry.name))
     return found
 
