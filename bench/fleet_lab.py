@@ -85,13 +85,17 @@ class LabNode:
         return self.plain.at(turn) - self.plain.at(first) + self.worse.at(last) - self.worse.at(turn)
 
     def exposition(self, now: float) -> bytes:
-        counts = self.counts(now)
-        labels = f'target="canary",profile="lab",profile_digest="0123456789abcdef",node_class="lab-{self.group}"'
-        lines = ["# TYPE tuned_rl_runqueue_latency_seconds histogram"]
-        lines += [f'tuned_rl_runqueue_latency_seconds_bucket{{{labels},le="{le}"}} {int(c)}' for le, c in zip(LE, counts)]
-        lines += [f"tuned_rl_runqueue_latency_seconds_count{{{labels}}} {int(counts[-1])}",
-                  f"tuned_rl_runqueue_latency_seconds_sum{{{labels}}} 0"]
-        return ("\n".join(lines) + "\n").encode()
+        return histogram_exposition(self.counts(now), f'target="canary",profile="lab",profile_digest="0123456789abcdef",'
+                                                      f'node_class="lab-{self.group}"')
+
+
+def histogram_exposition(counts: np.ndarray, labels: str) -> bytes:
+    """watch's latency histogram, as /metrics serves it, with these cumulative bucket counts."""
+    lines = ["# TYPE tuned_rl_runqueue_latency_seconds histogram"]
+    lines += [f'tuned_rl_runqueue_latency_seconds_bucket{{{labels},le="{le}"}} {int(c)}' for le, c in zip(LE, counts)]
+    lines += [f"tuned_rl_runqueue_latency_seconds_count{{{labels}}} {int(counts[-1])}",
+              f"tuned_rl_runqueue_latency_seconds_sum{{{labels}}} 0"]
+    return ("\n".join(lines) + "\n").encode()
 
 
 def serve_node(node: LabNode) -> None:
@@ -179,6 +183,13 @@ class socket_port:
         self.sock.close()
 
 
+def stop_lab(prometheus: Prometheus, nodes: list) -> None:
+    prometheus.stop()
+    for node in nodes:
+        node.server.shutdown()
+        node.server.server_close()
+
+
 def judge(prometheus: Prometheus, treated_group: str, end: float, changed_at: float, window: float,
           step: float, control: str = 'group="control"') -> tuple[int, dict]:
     """`tuned-rl fleet judge --json` as a user runs it: its exit status and its report."""
@@ -262,10 +273,7 @@ def run_lab(window: float = 40.0, step: float = 5.0, ratio: float = 2.0, per_gro
                     f"{row['buckets_apart']} bucket(s) apart; {row['left_out'] or ''} {'; '.join(row['notes'])}")
             return {"results": results, "p999": rows, "prometheus": prometheus.url}
         finally:
-            prometheus.stop()
-            for node in nodes:
-                node.server.shutdown()
-                node.server.server_close()
+            stop_lab(prometheus, nodes)
 
 
 def main(argv=None) -> int:

@@ -31,14 +31,14 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from fleet_lab import LE, RECORDING, Prometheus, Replay  # noqa: E402
+from fleet_lab import LE, RECORDING, Prometheus, Replay, histogram_exposition, serve_node, stop_lab  # noqa: E402
 from fleet_sim import Recording  # noqa: E402
 
 SYSCTL = "/proc/sys/vm/swappiness"
@@ -73,6 +73,7 @@ class LabNode:
         self.index, self.total = offset, np.zeros(len(LE), dtype=np.int64)
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
+        self.stop_at: float | None = None  # fleet_lab.serve_node's: it never stops answering
 
     def value(self) -> str:
         return (self.root / SYSCTL.lstrip("/")).read_text().strip()
@@ -89,33 +90,9 @@ class LabNode:
             self.index = index
             return self.total.copy()
 
-    def serve(self) -> None:
-        node = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's name)
-                counts = node.counts(time.time())
-                labels = 'target="canary",profile="lab-rollout",profile_digest="0",node_class="lab"'
-                lines = ["# TYPE tuned_rl_runqueue_latency_seconds histogram"]
-                lines += [f'tuned_rl_runqueue_latency_seconds_bucket{{{labels},le="{le}"}} {int(c)}'
-                          for le, c in zip(LE, counts)]
-                lines += [f"tuned_rl_runqueue_latency_seconds_count{{{labels}}} {int(counts[-1])}",
-                          f"tuned_rl_runqueue_latency_seconds_sum{{{labels}}} 0"]
-                body = ("\n".join(lines) + "\n").encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def exposition(self, now: float) -> bytes:
+        return histogram_exposition(self.counts(now), 'target="canary",profile="lab-rollout",profile_digest="0",'
+                                                      'node_class="lab"')
 
 
 class PrometheusOf(Prometheus):
@@ -173,7 +150,7 @@ def run_lab(ratio: float = 2.0, nodes: int = 12, waves: list | None = None, wind
         profile = directory / "profile.toml"
         profile.write_text(PROFILE)
         for node in lab:
-            node.serve()
+            serve_node(node)
         prometheus = PrometheusOf(lab, directory)
         result: dict = {"ratio": ratio, "waves": waves}
         try:
@@ -202,10 +179,7 @@ def run_lab(ratio: float = 2.0, nodes: int = 12, waves: list | None = None, wind
             say("values: " + ", ".join(f"{k}={v}" for k, v in result["values"].items()))
             return result
         finally:
-            prometheus.stop()
-            for node in lab:
-                node.server.shutdown()
-                node.server.server_close()
+            stop_lab(prometheus, lab)
 
 
 def main(argv=None) -> int:
