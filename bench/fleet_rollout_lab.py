@@ -74,6 +74,7 @@ class LabNode:
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
         self.stop_at: float | None = None  # fleet_lab.serve_node's: it never stops answering
+        self.group = "lab"  # fleet_lab.Prometheus's scrape label
 
     def value(self) -> str:
         return (self.root / SYSCTL.lstrip("/")).read_text().strip()
@@ -93,16 +94,6 @@ class LabNode:
     def exposition(self, now: float) -> bytes:
         return histogram_exposition(self.counts(now), 'target="canary",profile="lab-rollout",profile_digest="0",'
                                                       'node_class="lab"')
-
-
-class PrometheusOf(Prometheus):
-    """fleet_lab's Prometheus, its scrape targets labelled node=NAME, job tuned-rl-lab."""
-
-    def __init__(self, nodes: list[LabNode], directory: Path):
-        class Target:  # what fleet_lab.Prometheus reads of a node
-            def __init__(self, node):
-                self.server, self.name, self.group = node.server, node.name, "lab"
-        super().__init__([Target(n) for n in nodes], directory)
 
 
 def inventory(nodes: list[LabNode], directory: Path) -> Path:
@@ -151,7 +142,7 @@ def run_lab(ratio: float = 2.0, nodes: int = 12, waves: list | None = None, wind
         profile.write_text(PROFILE)
         for node in lab:
             serve_node(node)
-        prometheus = PrometheusOf(lab, directory)
+        prometheus = Prometheus(lab, directory)
         result: dict = {"ratio": ratio, "waves": waves}
         try:
             hosts = inventory(lab, directory)
