@@ -35,9 +35,14 @@ grep -v "running with root privileges" <<< "$lint" || true
 [ "$linted" = 0 ] || fail "lintian found errors or warnings in $changes"
 say "lintian: no error, no warning ($changes)"
 
-# A fleet operator's first look, before the roll-out: the role in check mode on a node without tuned-rl.
+# A fleet operator's first look, before the roll-out: the role in check mode on a node without tuned-rl,
+# with a harmful profile (the RT budget halved): the diff shows this node's live value and the planned one,
+# from the package's own dry run, unpacked to a temporary directory that is gone afterwards.
 play=$(mktemp -d)
 trap 'rm -rf "$play"; apt-get purge -y -qq tuned-rl >/dev/null 2>&1 || true' EXIT
+rt_runtime=$(cat /proc/sys/kernel/sched_rt_runtime_us)
+printf '[profile]\nname = "rt-budget-halved"\n\n[sysctl]\n"kernel.sched_rt_runtime_us" = 500000\n' > "$play/rt.toml"
+unpacked_before=$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name '*.tuned-rl-check' | wc -l)
 cat > "$play/play.yml" <<PLAY
 - name: The tuned_rl role, checked on a node without tuned-rl
   hosts: localhost
@@ -46,7 +51,7 @@ cat > "$play/play.yml" <<PLAY
   vars:
     tuned_rl_install: deb
     tuned_rl_deb: $checkout/$deb
-    tuned_rl_profile_src: $checkout/profiles/quickstart.toml
+    tuned_rl_profile_src: $play/rt.toml
     tuned_rl_profile_path: $play/profile.toml
     tuned_rl_state_dir: $play/state
     tuned_rl_defaults_file: $play/default
@@ -63,11 +68,16 @@ grep -qE "changed=[1-9]" <<< "$recap" && grep -q "failed=0" <<< "$recap" \
     || { cat "$play/check.log" >&2; fail "check mode did not report changed, or failed: $recap"; }
 grep -q "would be copied to /var/cache/tuned-rl.deb and installed with apt" "$play/check.log" \
     || fail "check mode did not say what it would install"
-grep -q "^--- before: tuned-rl not installed" "$play/check.log" || { cp "$play/check.log" /tmp/tuned-rl-check.log;
-    fail "check mode did not say the profile would be applied (/tmp/tuned-rl-check.log)"; }
+grep -qx -- "-/proc/sys/kernel/sched_rt_runtime_us = $rt_runtime" "$play/check.log" \
+    && grep -qx -- "+/proc/sys/kernel/sched_rt_runtime_us = 500000" "$play/check.log" \
+    || { cp "$play/check.log" /tmp/tuned-rl-check.log;
+         fail "check mode's diff did not show live $rt_runtime -> planned 500000 (/tmp/tuned-rl-check.log)"; }
 [ ! -e /var/cache/tuned-rl.deb ] && [ ! -e "$play/profile.toml" ] && ! dpkg-query -W tuned-rl >/dev/null 2>&1 \
+    && [ "$(cat /proc/sys/kernel/sched_rt_runtime_us)" = "$rt_runtime" ] \
     || fail "check mode changed the node"
-say "ansible-playbook --check --diff before tuned-rl is installed: exit 0, ${recap#*: }"
+[ "$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name '*.tuned-rl-check' | wc -l)" = "$unpacked_before" ] \
+    || fail "check mode left its unpacked package behind"
+say "ansible-playbook --check --diff before tuned-rl is installed: exit 0, ${recap#*: }; live $rt_runtime -> planned 500000"
 
 apt-get install -y -qq "./$deb" >/dev/null
 files=$(dpkg-query -L tuned-rl)

@@ -12,8 +12,12 @@ description:
     value it set still holds.
   - Check mode runs C(tuned-rl apply --dry-run) and reports C(changed) when the plan changes something;
     with C(--diff) it shows the host's live values before and the planned values after. On a node
-    without tuned-rl yet (check mode installs nothing), it reports C(changed) and, with C(--diff), the
-    profile that would be applied.
+    without tuned-rl yet (check mode installs nothing), it reports C(changed); given C(unpacked), the
+    package's files unpacked to a temporary directory (the role does this with C(dpkg-deb -x)), it runs
+    that package's own dry run with Debian's Python and shows the live and planned values all the same;
+    without it, or where Debian's Python lacks a package the dry run imports (the package's own
+    dependencies, which apt would install), the diff is the profile that would be applied, and the
+    message names what is missing.
   - C(state=absent) rolls back everything tuned-rl applied on the host.
 options:
   profile:
@@ -42,6 +46,10 @@ options:
   state_dir:
     description: tuned-rl's state directory (its default when not given).
     type: path
+  unpacked:
+    description: Check mode on a node without tuned-rl - a directory holding the Debian package's files
+      (C(dpkg-deb -x tuned-rl.deb DIR)), whose C(usr/bin/tuned-rl) plans the profile; nothing is installed.
+    type: path
 """
 
 RETURN = r"""
@@ -57,6 +65,7 @@ reverted:
 
 import json
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -98,19 +107,76 @@ def executable_path(module):
     return module.get_bin_path(executable)
 
 
+# What the package's dry run imports, by the Debian package that provides it (debian/control's Depends).
+DEBIAN_PACKAGES = {"numpy": "python3-numpy", "pluggy": "python3-pluggy", "psutil": "python3-psutil",
+                   "pyroute2": "python3-pyroute2", "prometheus_client": "python3-prometheus-client",
+                   "bcc": "python3-bpfcc"}
+
+
+def profile_file(module, profile):
+    """The profile's path, or (check mode, not in place yet) a temporary file of the ``content`` given."""
+    if os.path.exists(profile) or module.params["content"] is None or not module.check_mode:
+        return profile
+    handle = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+    with handle:
+        handle.write(module.params["content"])
+    module.add_cleanup_file(handle.name)
+    return handle.name
+
+
+def unpacked_plan(module, profile):
+    """(plan, None) from the unpacked package's own dry run, or (None, why not)."""
+    root = module.params["unpacked"]
+    script = os.path.join(root, "usr", "bin", "tuned-rl")
+    library = os.path.join(root, "usr", "lib", "python3", "dist-packages")
+    if not (os.path.isfile(script) and os.path.isdir(library)):
+        return None, f"{root} holds no unpacked tuned-rl package (usr/bin/tuned-rl)"
+    with open(script, encoding="utf-8", errors="replace") as handle:
+        first = handle.readline()
+    interpreter = first[2:].strip().split()[0] if first.startswith("#!") and len(first) > 2 else ""
+    if not interpreter.startswith("/") or not os.access(interpreter, os.X_OK):
+        return None, f"the package's interpreter ({interpreter or 'none named'}) is not on this node"
+    command = [interpreter, script] + (["--state-dir", module.params["state_dir"]] if module.params["state_dir"]
+                                       else []) + ["apply", profile, "--dry-run", "--json"]
+    rc, out, err = module.run_command(command, environ_update={"PYTHONPATH": library}, cwd=root)
+    missing = re.search(r"No module named '([A-Za-z0-9_]+)", err)
+    if missing:
+        name = missing.group(1)
+        return None, (f"its plan needs {DEBIAN_PACKAGES.get(name, 'the Python module ' + name)}, which the "
+                      "package's install brings (apt) and this node lacks")
+    if rc != 0:
+        return None, f"the package's dry run exited {rc}: {(err.strip() or out.strip())[-300:]}"
+    try:
+        return json.loads(out), None
+    except ValueError:
+        return None, "the package's dry run printed no plan"
+
+
 def not_installed(module, profile):
-    """Check mode on a node the role has not installed tuned-rl on yet: the profile would be applied."""
+    """Check mode on a node the role has not installed tuned-rl on yet: the profile would be applied,
+    planned by the package's own files where the role unpacked them (``unpacked``)."""
     executable = module.params["executable"]
     if not module.check_mode:
         module.fail_json(msg=f"{executable} not found: tuned-rl is not installed on this node (the role's "
                              "tuned_rl_install: deb or pip installs it)")
+    why = "its plan needs tuned-rl"
+    if module.params["unpacked"]:
+        plan, why = unpacked_plan(module, profile_file(module, profile))
+        if plan is not None:
+            result = {"changed": True, "steps": plan["steps"], "reverted": [],
+                      "msg": f"tuned-rl is not installed yet ({executable} not found): once installed, the "
+                             f"profile {profile} would be applied, each step verified; planned by the package's "
+                             "own dry run, unpacked to a temporary directory"}
+            if module._diff:
+                result["diff"] = live_diff(plan)
+            module.exit_json(**result)
     content = module.params["content"]
     if content is None and os.path.exists(profile):
         with open(profile, encoding="utf-8", errors="replace") as handle:
             content = handle.read()
     result = {"changed": True, "steps": [], "reverted": [],
               "msg": f"tuned-rl is not installed yet ({executable} not found): once installed, the profile "
-                     f"{profile} would be applied, each step verified; its plan needs tuned-rl"}
+                     f"{profile} would be applied, each step verified; {why}"}
     if module._diff:
         result["diff"] = {"before": "", "after": content or "", "before_header": "tuned-rl not installed",
                           "after_header": f"profile {profile}, to be applied"}
@@ -123,12 +189,7 @@ def present(module):
         module.fail_json(msg="state=present needs profile")
     if executable_path(module) is None:
         not_installed(module, profile)
-    if not os.path.exists(profile) and module.params["content"] is not None and module.check_mode:
-        handle = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
-        with handle:
-            handle.write(module.params["content"])
-        module.add_cleanup_file(handle.name)
-        profile = handle.name
+    profile = profile_file(module, profile)
     rc, out, err = run(module, "apply", profile, "--dry-run", "--json")
     if rc != 0:
         module.fail_json(msg=f"tuned-rl apply --dry-run exited {rc}: {err.strip()}", rc=rc)
@@ -186,6 +247,7 @@ def main():
             "fail_on_reverted": {"type": "bool", "default": False},
             "executable": {"type": "str", "default": "tuned-rl"},
             "state_dir": {"type": "path"},
+            "unpacked": {"type": "path"},
         },
         supports_check_mode=True,
     )
