@@ -43,7 +43,8 @@ VERIFY_TABLE = Table(
                          minimum=0, maximum=100),
         "confidence": Key(float, "How sure a revert must be: a step within the tolerance is reverted at most 1 - "
                                  "this of the time, over every look.", minimum=0.5, maximum=0.9999),
-        "settle_seconds": Key(float, "After each change, measured and dropped as settling.", minimum=0,
+        "settle_seconds": Key(float, "After each change has been made, measured and dropped as settling (a step "
+                                     "whose effect takes longer to take hold sets more).", minimum=0,
                               maximum=600),
         "on_inconclusive": Key(str, "Keep or revert a step the judge cannot decide on.", choices=("keep", "revert")),
     },
@@ -58,6 +59,14 @@ MAX_BLOCK_WINDOWS = 2  # a slow target's blocks: 1 s at most, with fewer waits i
 # about every other apply read its first window under 4,000 and measured in 1 s blocks for all its
 # steps (the quickstart's first step 42 windows in 20 blocks, 21.1 s, where 0.5 s blocks took 8.6 s).
 BLOCK_EVENTS_SLACK = 0.8
+# Settling: dropped after each change of arm has been made (the span begins where the last block
+# ended, so a slow write is inside it however long it takes), for what follows the change at once.
+# 0.25 s was 28% of an apply: ~0.75 changes a block of 0.5 s (the quickstart of 2026-12-04: 11.2 s of
+# 40.2). The quickstart alternated at 0.25 and 0.1 s, 8 pairs the same hour: 0.76 -> 0.65 s a block,
+# apply median 41.4 -> 28.8 s, 0 of 48 steps inconclusive or reverted; a block just after a change
+# read x0.96 (0.25 s) and x1.13 (0.1 s) the others, which the fit's change term takes up
+# (CHANGE_TERM_FROM). docs/judge.md, "Settling".
+DEFAULT_SETTLE_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -77,7 +86,7 @@ class VerifySettings:
     min_samples: int = JudgeSettings.min_samples
     tolerance: float = JudgeSettings.tolerance
     confidence: float = JudgeSettings.confidence
-    settle_seconds: float = 0.25
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
     on_inconclusive: str = "keep"
 
     @classmethod

@@ -3,7 +3,7 @@
 The design
 ----------
 A baseline block without the step, then blocks in pairs, each pair AB or BA by a coin (A without
-the step, B with it), a change made (and 0.25 s of settling dropped) only where the arm changes.
+the step, B with it), a change made (and 0.1 s of settling after it dropped) only where the arm changes.
 A block is as long as the target's event rate needs for its metric tail to rest on 4 waits (one
 0.5 s window at the default canary's 8,000 events a second; ``block_events``), sized once per
 apply. Each block is reduced to two statistics: the mean log of its slowest 0.1% (for p999: the
