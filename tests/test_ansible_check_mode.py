@@ -111,3 +111,15 @@ def test_a_directory_that_is_not_an_unpacked_package_is_said_and_the_diff_is_the
         code.not_installed(module, str(tmp_path / "not-yet" / "profile.toml"))
     assert "holds no unpacked tuned-rl package" in module.result["msg"]
     assert module.result["diff"]["after"] == '[sysctl]\n"vm.swappiness" = 10\n'
+
+
+def test_a_package_script_without_an_interpreter_line_is_said_not_run(tmp_path):
+    code = load_module_code()
+    root = unpacked_package(tmp_path / "root", "print('never run')")
+    script = root / "usr" / "bin" / "tuned-rl"
+    script.write_text("#! \nprint('never run')\n")
+    module = FakeModule(unpacked=str(root), content='[sysctl]\n"vm.swappiness" = 10\n')
+    with pytest.raises(Exited):
+        code.not_installed(module, str(tmp_path / "not-yet" / "profile.toml"))
+    assert not module.commands and "interpreter (none named)" in module.result["msg"]
+    assert module.result["diff"]["after"] == '[sysctl]\n"vm.swappiness" = 10\n'

@@ -133,7 +133,8 @@ def unpacked_plan(module, profile):
         return None, f"{root} holds no unpacked tuned-rl package (usr/bin/tuned-rl)"
     with open(script, encoding="utf-8", errors="replace") as handle:
         first = handle.readline()
-    interpreter = first[2:].strip().split()[0] if first.startswith("#!") and len(first) > 2 else ""
+    words = first[2:].split() if first.startswith("#!") else []
+    interpreter = words[0] if words else ""
     if not interpreter.startswith("/") or not os.access(interpreter, os.X_OK):
         return None, f"the package's interpreter ({interpreter or 'none named'}) is not on this node"
     command = [interpreter, script] + (["--state-dir", module.params["state_dir"]] if module.params["state_dir"]
