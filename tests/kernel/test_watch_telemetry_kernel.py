@@ -26,9 +26,13 @@ def test_an_alarm_names_a_fifo_neighbour_within_2_s_and_none_comes_while_it_is_i
     # The helper's start-up (a Python interpreter at SCHED_FIFO, 40-50 ms) is the first stall: an
     # alarm without holders, which attaches attribution; its spins from then on are named.
     assert result.first_named_after_s is not None and result.first_named_after_s <= 2.0, result.events
-    named = next(e for e in result.events if e["event"] == "alarm" and e["holders"])
-    top = named["holders"][0]
-    assert top["pid"] == result.helper_pid and top["policy"].startswith("SCHED_FIFO") and top["held_us"] >= 10_000
+    # The first alarm that names the helper names it as a FIFO task that held the CPU for 10 ms or
+    # more. (Asked of the first alarm with any holders, this failed once in a CI run here: another
+    # process was that alarm's top holder, while the helper was named 1.01 s after its first spin.)
+    named = next(e for e in result.events if e["event"] == "alarm"
+                 and any(h.get("pid") == result.helper_pid for h in e["holders"]))
+    helper = next(h for h in named["holders"] if h.get("pid") == result.helper_pid)
+    assert helper["policy"].startswith("SCHED_FIFO") and helper["held_us"] >= 10_000, named
     assert named["cpu"] == 1 and named["wait_us"] >= 10_000
     assert result.figures["quiet_alarms"] == 0, [e for e in result.events if e["event"] == "alarm"]
 
