@@ -240,6 +240,31 @@ def test_a_thread_started_by_a_thread_held_off_fifo_is_given_fifo_back_at_rollba
                               702: ("SCHED_OTHER:0", "-20")}, sched_and_nice
 
 
+def test_a_thread_started_between_the_nice_and_the_policy_write_is_given_both_originals_at_rollback(
+        host_tree, cli, profile_file, monkeypatch):
+    # The nice is written first, then the policy (and undone in reverse): a thread started between
+    # the two copies SCHED_FIFO at nice -20. It is no value of its own, and rollback must not leave
+    # it so; a mix that is no such copy (SCHED_OTHER at nice 0, nice -10) is left as it is.
+    import time
+    from tuned_rl.core import undo
+    from tuned_rl.host.host import Host
+    tree = host_tree
+    tree.add_process(600, "model", policy=1, rt_priority=20, cgroups=V1, start_time=600)
+    assert cli("apply", profile_file(FIFO), "--no-verify")[0] == 0
+    applied_at = time.time()
+    monkeypatch.setattr(undo, "SETTLE_S", 0.0)
+    monkeypatch.setattr(Host, "started_at", lambda self, task: applied_at + 5 if task.start_time >= 9000 else 0.0)
+    tree.add_thread(600, 601, policy=1, rt_priority=20, nice=-20, start_time=9100)  # between the two writes
+    tree.add_thread(600, 602, start_time=9200)  # SCHED_OTHER at nice 0: its own
+    tree.add_thread(600, 603, policy=1, rt_priority=20, nice=-10, start_time=9300)  # its own nice
+    status, out, _ = cli("rollback")
+    assert status == 0 and "a thread started in pid 600 while tuned-rl held it at -20: given the original" in out, out
+    sched_and_nice = {tid: (tree.host.get_sched(tree.host.task(tid)), tree.host.get_nice(tree.host.task(tid)))
+                      for tid in (600, 601, 602, 603)}
+    assert sched_and_nice == {600: ("SCHED_FIFO:20", "0"), 601: ("SCHED_FIFO:20", "0"), 602: ("SCHED_OTHER:0", "0"),
+                              603: ("SCHED_FIFO:20", "-10")}, sched_and_nice
+
+
 def test_no_fifo_thread_means_skipped(host_tree, cli, profile_file):
     step = json.loads(cli("apply", profile_file(FIFO + "nice = -10\n"), "--json")[1])["steps"][0]
     assert step["outcome"] == "skipped" and "no SCHED_FIFO or SCHED_RR thread" in step["reason"]

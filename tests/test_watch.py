@@ -397,6 +397,43 @@ def test_a_late_workload_process_loses_its_fifo_at_start_or_when_it_turns_real_t
     assert tree.host.get_sched(tree.host.task(130)) == "SCHED_FIFO:40"
 
 
+def test_a_thread_started_between_the_two_writes_and_then_journaled_by_watch_gets_its_processs_originals(
+        node, cli, profile_file, state_dir, monkeypatch):
+    # watch holds a late process's main thread off SCHED_FIFO (its nice, then its policy); a thread
+    # started between the two writes is SCHED_FIFO at nice -20, and watch's follow-up plan journals
+    # that as the thread's original. At rollback the thread gets its process's: nice 0 (a kernel
+    # test saw it left at -20 once).
+    import time
+    from tuned_rl.core import undo
+    from tuned_rl.host.host import Host
+    from tuned_rl.watch import watcher
+    tree = node
+    assert cli("apply", profile_file(FIFO), "--no-verify")[0] == 0
+    monkeypatch.setattr(watcher, "FOLLOW_UP_SECONDS", (0.0,))
+    monkeypatch.setattr(undo, "SETTLE_S", 0.0)
+    began = time.time()
+    # Started as the tree numbers them: the main thread before watch saw it, the worker later.
+    monkeypatch.setattr(Host, "started_at", lambda self, task: time.time() + 3600 if task.start_time >= 9150
+                        else began - 1)
+
+    def late_process():
+        tree.add_process(110, "model", policy=1, rt_priority=40, cgroups=V1, start_time=9100)
+        return [ProcEvent("exec", 110, 110, 0)]
+
+    def worker_copies_the_nice():
+        tree.add_thread(110, 111, policy=1, rt_priority=40, nice=-20, start_time=9150)
+        return []
+    emitted = []
+    watch(tree, state_dir, [late_process, worker_copies_the_nice, []], emitted)
+    placed = [(e["pid"], e["pids"]) for e in emitted if e["event"] == "placed"]
+    assert placed == [(110, [110]), (110, [111])], emitted
+    status, out, _ = cli("rollback")
+    assert status == 0, out
+    for tid in (110, 111):
+        task = tree.host.task(tid)
+        assert (tree.host.get_sched(task), tree.host.get_nice(task)) == ("SCHED_FIFO:40", "0"), (tid, out)
+
+
 def test_no_fifo_rule_while_the_step_waits_for_the_workload_or_after_it_was_reverted(node, cli, profile_file,
                                                                                       state_dir):
     import dataclasses
