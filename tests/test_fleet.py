@@ -14,7 +14,7 @@ import pytest
 from tuned_rl.fleet.node_windows import NodeWindows, node_windows
 from tuned_rl.fleet.prometheus import PrometheusError, Series, check_url, parse_matrix, query_range
 from tuned_rl.fleet.quantiles import histogram_quantile
-from tuned_rl.fleet.verdict import FAIL, INCONCLUSIVE, PASS, FleetSettings, judge
+from tuned_rl.fleet.verdict import FAIL, INCONCLUSIVE, PASS, FleetSettings, _quiet_rank_p, judge
 
 BOUNDS = [1e-6 * 2 ** (k / 4) for k in range(60)] + [math.inf]
 
@@ -81,6 +81,56 @@ def test_a_reset_and_a_node_that_stops_reporting_are_named_and_flip_nothing():
     assert "watch restarted" in figures["t1"].notes[0] and figures["t1"].left_out is None
     assert "did not report in 6" in figures["c2"].notes[0]
     assert figures["c3"].left_out and "6 of 15" in figures["c3"].left_out
+
+
+def episodic_node(name: str, rng, ratio: float = 1.0, minutes: int = 15, waits: int = 60_000) -> NodeWindows:
+    """A node whose minutes fall in two modes: in 45% of them a stall episode gives 0.3% of its waits
+    1-10 ms more (minute p999 about x20); ``ratio`` multiplies every wait."""
+    counts = []
+    for _ in range(minutes):
+        samples = np.exp(rng.normal(math.log(20e-6), 0.8, waits))
+        if rng.random() < 0.45:
+            hit = rng.random(waits) < 0.003
+            samples[hit] += rng.uniform(1e-3, 10e-3, hit.sum())
+        samples *= ratio
+        counts.append(np.cumsum(np.bincount(np.searchsorted(BOUNDS, samples), minlength=len(BOUNDS))).astype(float))
+    return NodeWindows(name, BOUNDS, counts)
+
+
+def episodic_fleet(rng, treated_ratio: float, sides: int = 10):
+    before = {f"{side}{i}": episodic_node(f"{side}{i}", rng) for side in "tc" for i in range(sides)}
+    treated = {f"t{i}": episodic_node(f"t{i}", rng, ratio=treated_ratio) for i in range(sides)}
+    control = {f"c{i}": episodic_node(f"c{i}", rng) for i in range(sides)}
+    return treated, control, before
+
+
+def test_on_nodes_with_stall_episodes_a_broad_regression_fails_by_the_quieter_halves_and_an_unchanged_fleet_passes():
+    """Where a node's minutes jump between quiet and a stall episode, its score over every minute is
+    noisy, and so is a reference that the episodes of a few control nodes move (the control nodes'
+    pooled p999). Each node's quieter half of minutes, against a pooled p99.5, sees x1.5 plainly."""
+    rng = np.random.default_rng(11)
+    treated, control, before = episodic_fleet(rng, 1.5)
+    verdict = judge(treated, control, before=before)
+    assert verdict.outcome == FAIL and verdict.quiet_p_value <= 0.004, verdict.reason
+    assert 1.35 < verdict.quiet_shift < 1.7 and "quieter half" in verdict.reason
+    every_minute_alone = judge(treated, control, FleetSettings(reference_quantile=0.999, quiet_share=0), before=before)
+    assert every_minute_alone.outcome != FAIL, every_minute_alone.reason  # the judge before: it could not tell
+    same = judge(*episodic_fleet(rng, 1.0)[:2], before=episodic_fleet(rng, 1.0)[2])
+    assert same.outcome != FAIL and not same.regressed_nodes, same.reason
+
+
+def test_the_quieter_minutes_rank_test_holds_its_level_where_sub_windows_are_exchangeable():
+    """Its p is a relabelling's: under no change (after and before drawn alike, two modes) p <= a
+    in about a share a of trials, where a rank test on the two lower halves would not hold it."""
+    rng = np.random.default_rng(13)
+
+    def minutes():
+        return np.where(rng.random(15) < 0.45, rng.normal(3, 0.5, 15), rng.normal(0, 0.2, 15))
+
+    p = np.array([_quiet_rank_p(minutes(), minutes(), relabellings=999) for _ in range(600)])
+    assert 0.03 <= np.mean(p <= 0.05) <= 0.075 and np.mean(p <= 0.01) <= 0.02
+    shifted = [_quiet_rank_p(minutes() + 0.6, minutes(), relabellings=4999) for _ in range(20)]
+    assert np.median(shifted) < 0.01
 
 
 def series(node_name: str, le: str, samples) -> Series:

@@ -110,9 +110,14 @@ def format_judgement(judgement: FleetJudgement) -> str:
     v = judgement.verdict
     lines = [f"fleet verdict: {v.outcome}: {printable(v.reason)}"]
     if v.p_value is not None:
-        lines.append(f"  treated p999 over the control's x{v.shift:g} (upper {1 - v.settings['beta']:.0%} bound "
-                     f"x{v.upper:g}); group test p = {v.p_value:.2g} (fails at {v.settings['alpha_group']:g}); "
-                     f"tolerance x{1 + v.settings['tolerance']:g}, harm x{v.settings['harm']:g}")
+        alpha, share, bound = v.settings["alpha_group"], v.quiet_share, f"{1 - v.settings['beta']:.0%}"
+        lines.append(f"  treated p999 over the control's, every sub-window: x{v.shift:g} (upper {bound} bound x{v.upper:g}); "
+                     f"group test p = {v.p_value:.2g} (fails at {alpha * (1 - share):.2g})")
+        if share > 0:
+            lines.append(f"  the same, each node's quieter half of sub-windows: x{v.quiet_shift:g} (upper {bound} bound "
+                         f"x{v.quiet_upper:g}); group test p = {v.quiet_p_value:.2g} (fails at {alpha * share:.2g})")
+        lines.append(f"  tolerance x{1 + v.settings['tolerance']:g}, harm x{v.settings['harm']:g}; reference: the control "
+                     f"nodes' p{v.settings['reference_quantile'] * 100:g} each sub-window")
     for name, (start, end) in judgement.windows.items():
         lines.append(f"  window {name} the change: {_time(start)} .. {_time(end)}")
     rows = []
@@ -121,8 +126,9 @@ def format_judgement(judgement: FleetJudgement) -> str:
                  *(["REGRESSED ALONE"] if n.node in v.regressed_nodes else [])]
         rows.append((n.node, n.group, str(n.waits), _us(n.p99_us), _us(n.p999_us), str(n.sub_windows),
                      f"x{n.score:g}" if n.score is not None else "-",
+                     f"x{n.quiet_score:g}" if n.quiet_score is not None else "-",
                      f"{n.p_value:.2g}" if n.p_value is not None else "-", "; ".join(notes)))
-    header = ("node", "group", "waits", "p99 us", "p999 us", "sub-windows", "score", "p", "notes")
+    header = ("node", "group", "waits", "p99 us", "p999 us", "sub-windows", "score", "quieter half", "p", "notes")
     lines += ["  " + line for line in format_table(header, rows)]
     return "\n".join(lines)
 
