@@ -147,12 +147,17 @@ def main(argv=None) -> int:
                         help="each node's change from the window before (default), or the same hours alone")
     parser.add_argument("--sub-window", type=float, default=SUB_WINDOW_S,
                         help=f"seconds a sub-window (default {SUB_WINDOW_S:g}: the judge's default)")
+    parser.add_argument("--reference-quantile", type=float, default=FleetSettings.reference_quantile,
+                        help="the quantile of the control nodes' waits together that each sub-window's reference is")
+    parser.add_argument("--quiet-share", type=float, default=FleetSettings.quiet_share,
+                        help="the share of alpha the quieter halves' tests spend (0: every sub-window's alone)")
     args = parser.parse_args(argv)
     SUB_WINDOW_S = args.sub_window
     recordings = [Recording(name) for name in (args.recording or RECORDINGS)]
-    settings = FleetSettings()
+    settings = FleetSettings(reference_quantile=args.reference_quantile, quiet_share=args.quiet_share)
     print(f"| case | fail | pass | inconclusive | regressed node named | group test fails | a node named wrongly | median shift |  ({args.trials} trials, "
-          f"seed {args.seed}, {args.design}, {', '.join(args.recording or ['every recording'])})")
+          f"seed {args.seed}, {args.design}, {', '.join(args.recording or ['every recording'])}, reference "
+          f"p{args.reference_quantile * 100:g} of the control nodes, quieter halves' share {args.quiet_share:g})")
     print("|---|---|---|---|---|---|---|---|")
     for label, treated, control, minutes, ratio, regressed in CASES:
         if args.case and not any(text in label for text in args.case):
@@ -166,7 +171,9 @@ def main(argv=None) -> int:
             verdict = judge(now, earlier, settings, before if args.design == "before-after" else None)
             outcomes.append(verdict.outcome)
             named += regressed is not None and "treated-0" in verdict.regressed_nodes
-            by_group += verdict.p_value is not None and verdict.p_value <= settings.alpha_group
+            by_group += verdict.p_value is not None and (
+                verdict.p_value <= settings.alpha_group * (1 - verdict.quiet_share)
+                or verdict.quiet_p_value <= settings.alpha_group * verdict.quiet_share)
             wrongly_named += any(ratio == 1.0 or (regressed is not None and n != "treated-0")
                                  for n in verdict.regressed_nodes)
             if verdict.shift is not None:
