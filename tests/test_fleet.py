@@ -66,6 +66,18 @@ def test_too_few_nodes_is_inconclusive_and_says_how_many_are_needed():
     assert verdict.outcome == INCONCLUSIVE and verdict.needed_nodes == 3 and "at least 3" in verdict.reason
 
 
+def test_an_undecided_wave_that_looks_worse_says_how_far_each_group_test_was_from_failing_it():
+    rng = np.random.default_rng(4)
+    treated, control = fleet(rng, treated_ratio=2.0, sides=3)  # 3 a side: no rank test of so few reaches 0.005
+    verdict = judge(treated, control)
+    assert verdict.outcome == INCONCLUSIVE and verdict.shift > 1.5, verdict.reason
+    assert f"over every sub-window p = {verdict.p_value:.2g} (fails at 0.001)" in verdict.reason
+    assert f"over the quieter halves p = {verdict.quiet_p_value:.2g} (fails at 0.004)" in verdict.reason
+    assert "5 a side can" in verdict.reason
+    same = judge(*fleet(rng, sides=3))
+    assert "not shown" not in same.reason, same.reason  # nothing to say where it does not look worse
+
+
 def test_a_reset_and_a_node_that_stops_reporting_are_named_and_flip_nothing():
     rng = np.random.default_rng(5)
     treated, control = fleet(rng)

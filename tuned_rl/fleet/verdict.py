@@ -197,6 +197,11 @@ def judge(treated: dict[str, NodeWindows], control: dict[str, NodeWindows],
         verdict.reason = (f"treated p999 x{verdict.shift:g} the control's, up to x{verdict.upper:g} not ruled out "
                           f"(harm x{s.harm:g})" + (f"; about {verdict.needed_nodes} nodes a side would decide at "
                                                     "this spread" if verdict.needed_nodes else ""))
+        if estimate > tolerance:  # it looks beyond the tolerance: say how far the group tests were from failing it
+            tests = [(f"over every sub-window p = {verdict.p_value:.2g} (fails at {s.alpha_group * (1 - share):.2g})", 1 - share),
+                     (f"over the quieter halves p = {verdict.quiet_p_value:.2g} (fails at {s.alpha_group * share:.2g})", share)]
+            verdict.reason += f"; beyond x{1 + s.tolerance:g} not shown: group test " + ", ".join(
+                text for text, spent in tests if spent > 0)
         level = s.alpha_group * max(share, 1 - share)
         if floor > level:  # ranks of so few nodes cannot reach the group test's level, whatever they say
             enough = next(n for n in range(2, 64) if 1 / math.comb(2 * n, n) <= level)
