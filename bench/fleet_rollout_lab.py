@@ -125,8 +125,9 @@ def play(inventory_path: Path, prometheus: Prometheus, profile: Path, waves: lis
 
 
 def verdicts(output: str) -> list[str]:
-    """The play's lines saying what the judge decided of each wave."""
-    return [m.group(1).strip() for m in re.finditer(r'"msg": "(wave [^"]*|the roll-out stopped[^"]*)"', output)]
+    """The play's lines saying what the judge decided of each wave (once: a stop is said by every node of the wave)."""
+    lines = [m.group(1).strip() for m in re.finditer(r'"msg": "(wave [^"]*|the roll-out stopped[^"]*)"', output)]
+    return list(dict.fromkeys(lines))
 
 
 def run_lab(ratio: float = 2.0, nodes: int = 12, waves: list | None = None, window: float = 40.0, step: float = 5.0,
