@@ -129,6 +129,8 @@ CASES = [  # (label, treated, control, minutes, ratio, regressed nodes)
     ("1.5x, 5 v 5, 15 min", 5, 5, 15, 1.5, None),
     ("1.5x, 20 v 20, 15 min", 20, 20, 15, 1.5, None),
     ("1.5x, 10 v 10, 5 min", 10, 10, 5, 1.5, None),
+    ("1.5x, 10 v 10, 10 min", 10, 10, 10, 1.5, None),
+    ("1.5x, 5 treated v 15 control (a first wave), 15 min", 5, 15, 15, 1.5, None),
     ("1.5x, 10 v 10, 30 min", 10, 10, 30, 1.5, None),
     ("A/A, 3 v 3, 15 min", 3, 3, 15, 1.0, None),
     ("A/A, 20 v 20, 15 min", 20, 20, 15, 1.0, None),
@@ -151,13 +153,16 @@ def main(argv=None) -> int:
                         help="the quantile of the control nodes' waits together that each sub-window's reference is")
     parser.add_argument("--quiet-share", type=float, default=FleetSettings.quiet_share,
                         help="the share of alpha the quieter halves' tests spend (0: every sub-window's alone)")
+    parser.add_argument("--quiet-from", type=int, default=FleetSettings.quiet_from,
+                        help="sub-windows a window needs for the quieter halves to be tested")
     args = parser.parse_args(argv)
     SUB_WINDOW_S = args.sub_window
     recordings = [Recording(name) for name in (args.recording or RECORDINGS)]
-    settings = FleetSettings(reference_quantile=args.reference_quantile, quiet_share=args.quiet_share)
+    settings = FleetSettings(reference_quantile=args.reference_quantile, quiet_share=args.quiet_share,
+                             quiet_from=args.quiet_from)
     print(f"| case | fail | pass | inconclusive | regressed node named | group test fails | a node named wrongly | median shift |  ({args.trials} trials, "
           f"seed {args.seed}, {args.design}, {', '.join(args.recording or ['every recording'])}, reference "
-          f"p{args.reference_quantile * 100:g} of the control nodes, quieter halves' share {args.quiet_share:g})")
+          f"p{args.reference_quantile * 100:g} of the control nodes, quieter halves' share {args.quiet_share:g} from {args.quiet_from} sub-windows)")
     print("|---|---|---|---|---|---|---|---|")
     for label, treated, control, minutes, ratio, regressed in CASES:
         if args.case and not any(text in label for text in args.case):
