@@ -101,7 +101,46 @@ def test_a_dependency_the_node_lacks_is_named_and_the_diff_is_the_profile(tmp_pa
     assert module.result["changed"] and "failed" not in module.result
     assert "needs python3-psutil" in module.result["msg"]
     assert module.result["diff"]["after"] == profile.read_text()
-    assert module.result["diff"]["before_header"] == "tuned-rl not installed"
+    # The diff says why it is the profile's text (--diff prints no msg of a changed task).
+    header = module.result["diff"]["before_header"]
+    assert header.startswith("tuned-rl not installed; its plan needs python3-psutil") and "lacks" in header, header
+
+
+def test_unpacked_dependencies_libraries_are_on_the_dry_runs_library_path(tmp_path):
+    code = load_module_code()
+    root = unpacked_package(tmp_path / "root", "import os; print(os.environ.get('LD_LIBRARY_PATH', ''))")
+    blas = root / "usr" / "lib" / "x86_64-linux-gnu" / "blas"  # libblas3's, which its postinst links
+    blas.mkdir(parents=True)
+    (blas / "libblas.so.3").write_text("")
+    python_own = root / "usr" / "lib" / "python3" / "dist-packages" / "numpy" / "core"
+    python_own.mkdir(parents=True)
+    (python_own / "_multiarray_umath.cpython-311-x86_64-linux-gnu.so").write_text("")
+    assert code.shared_library_directories(str(root)) == [str(blas)]
+    module = FakeModule(unpacked=str(root), content='[sysctl]\n"vm.swappiness" = 10\n')
+    with pytest.raises(Exited):
+        code.not_installed(module, "/nonexistent/profile.toml")
+    (_, environment), = module.commands
+    assert environment["LD_LIBRARY_PATH"] == str(blas)
+
+
+def test_every_dependency_the_node_lacks_is_named_at_once(tmp_path):
+    code = load_module_code()
+    # The package's interpreter finds neither pluggy nor numpy (a path where they are not), its dry run
+    # stopping at the first.
+    bare = tmp_path / "bare-python"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S -I \"$@\"\n")
+    bare.chmod(0o755)
+    root = tmp_path / "root"
+    script = root / "usr" / "bin" / "tuned-rl"
+    script.parent.mkdir(parents=True)
+    (root / "usr" / "lib" / "python3" / "dist-packages").mkdir(parents=True)
+    script.write_text(f"#!{bare}\nimport pluggy\n")
+    script.chmod(0o755)
+    module = FakeModule(unpacked=str(root), content='[sysctl]\n"vm.swappiness" = 10\n')
+    with pytest.raises(Exited):
+        code.not_installed(module, "/nonexistent/profile.toml")
+    message = module.result["msg"]
+    assert "needs python3-pluggy, " in message and "python3-numpy" in message and "python3-psutil" in message, message
 
 
 def test_a_directory_that_is_not_an_unpacked_package_is_said_and_the_diff_is_the_profile(tmp_path):

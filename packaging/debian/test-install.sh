@@ -58,11 +58,20 @@ cat > "$play/play.yml" <<PLAY
   roles:
     - tuned_rl
 PLAY
-env PATH="$system_path" ANSIBLE_ROLES_PATH="$checkout/packaging/ansible/roles" ANSIBLE_NOCOLOR=1 \
-    ANSIBLE_LOCALHOST_WARNING=false ANSIBLE_INVENTORY_UNPARSED_WARNING=false \
-    ANSIBLE_PYTHON_INTERPRETER="$checkout/.venv/bin/python" \
-    "$checkout/.venv/bin/ansible-playbook" -i localhost, --check --diff "$play/play.yml" > "$play/check.log" 2>&1 \
-    || { tail -n 40 "$play/check.log" >&2; fail "ansible-playbook --check --diff exited non-zero"; }
+check_mode() {
+    env PATH="$system_path" ANSIBLE_ROLES_PATH="$checkout/packaging/ansible/roles" ANSIBLE_NOCOLOR=1 \
+        ANSIBLE_LOCALHOST_WARNING=false ANSIBLE_INVENTORY_UNPARSED_WARNING=false \
+        ANSIBLE_PYTHON_INTERPRETER="$checkout/.venv/bin/python" \
+        "$checkout/.venv/bin/ansible-playbook" -i localhost, --check --diff "$play/play.yml" > "$play/check.log" 2>&1 \
+        || { tail -n 40 "$play/check.log" >&2; fail "ansible-playbook --check --diff exited non-zero"; }
+}
+# The package's Python dependencies (python3-pluggy, ...) that this node's Debian Python lacks (a fresh
+# node lacks some): check mode fetches them with apt-get download and unpacks them beside the package,
+# installing none of them.
+lacking=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | grep -v '|' | sed -E 's/^ *([^ |]+).*/\1/' | grep '^python3-' | while read -r package; do
+    dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || echo "$package"
+done | tr '\n' ' ' | sed 's/ $//')
+check_mode
 recap=$(grep -E "^localhost +:" "$play/check.log")
 grep -qE "changed=[1-9]" <<< "$recap" && grep -q "failed=0" <<< "$recap" \
     || { cat "$play/check.log" >&2; fail "check mode did not report changed, or failed: $recap"; }
@@ -75,10 +84,15 @@ grep -qx -- "-/proc/sys/kernel/sched_rt_runtime_us = $rt_runtime" "$play/check.l
 [ ! -e /var/cache/tuned-rl.deb ] && [ ! -e "$play/profile.toml" ] && ! dpkg-query -W tuned-rl >/dev/null 2>&1 \
     && [ "$(cat /proc/sys/kernel/sched_rt_runtime_us)" = "$rt_runtime" ] \
     || fail "check mode changed the node"
+for package in $lacking; do
+    ! dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+        || fail "check mode installed $package"
+done
 [ "$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name '*.tuned-rl-check' | wc -l)" = "$unpacked_before" ] \
     || fail "check mode left its unpacked package behind"
-say "ansible-playbook --check --diff before tuned-rl is installed: exit 0, ${recap#*: }; live $rt_runtime -> planned 500000"
+say "ansible-playbook --check --diff before tuned-rl is installed: exit 0, ${recap#*: }; live $rt_runtime -> planned 500000${lacking:+ (lacking $lacking: fetched, unpacked, none installed)}"
 
+installed_before=$(dpkg-query -W -f '${Package} ${Status}\n' | awk '$NF == "installed" {print $1}' | sort)
 apt-get install -y -qq "./$deb" >/dev/null
 files=$(dpkg-query -L tuned-rl)
 test -x /usr/bin/tuned-rl
@@ -123,4 +137,12 @@ done
 dpkg-query -W tuned-rl >/dev/null 2>&1 && fail "dpkg still knows tuned-rl after the purge"
 "$checkout/.venv/bin/python" -c "import tuned_rl.core.agent" || fail "the checkout's virtual environment no longer imports tuned_rl"
 say "purged: nothing the package installed or compiled is left; the checkout's .venv imports tuned_rl"
+# What apt brought with it (python3-pluggy, ...) goes too: the next run meets a node as fresh as this one.
+brought=$(comm -13 <(echo "$installed_before") \
+    <(dpkg-query -W -f '${Package} ${Status}\n' | awk '$NF == "installed" {print $1}' | sort) | tr '\n' ' ')
+if [ -n "${brought// }" ]; then
+    # shellcheck disable=SC2086
+    apt-get purge -y -qq $brought >/dev/null 2>&1 || fail "could not purge what the package's install brought: $brought"
+    say "purged what the package's install brought: $brought"
+fi
 echo "the .deb builds, passes lintian, installs, runs and purges"

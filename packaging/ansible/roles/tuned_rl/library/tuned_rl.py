@@ -124,6 +124,18 @@ def profile_file(module, profile):
     return handle.name
 
 
+def shared_library_directories(root):
+    """The directories under an unpacked tree's usr/lib and lib that hold shared libraries (Python's own
+    directories apart), for LD_LIBRARY_PATH."""
+    found = []
+    for top in (os.path.join(root, "usr", "lib"), os.path.join(root, "lib")):
+        for directory, subdirectories, files in os.walk(top):
+            subdirectories[:] = [d for d in subdirectories if not d.startswith("python")]
+            if any(re.search(r"\.so(\.|$)", name) for name in files):
+                found.append(directory)
+    return sorted(found)
+
+
 def unpacked_plan(module, profile):
     """(plan, None) from the unpacked package's own dry run, or (None, why not)."""
     root = module.params["unpacked"]
@@ -139,12 +151,23 @@ def unpacked_plan(module, profile):
         return None, f"the package's interpreter ({interpreter or 'none named'}) is not on this node"
     command = [interpreter, script] + (["--state-dir", module.params["state_dir"]] if module.params["state_dir"]
                                        else []) + ["apply", profile, "--dry-run", "--json"]
-    rc, out, err = module.run_command(command, environ_update={"PYTHONPATH": library}, cwd=root)
+    environment = {"PYTHONPATH": library}
+    libraries = shared_library_directories(root)
+    if libraries:  # unpacked dependencies' libraries (libblas3's, for numpy): not in ld.so's cache
+        environment["LD_LIBRARY_PATH"] = ":".join(libraries)
+    rc, out, err = module.run_command(command, environ_update=environment, cwd=root)
     missing = re.search(r"No module named '([A-Za-z0-9_]+)", err)
     if missing:
-        name = missing.group(1)
-        return None, (f"its plan needs {DEBIAN_PACKAGES.get(name, 'the Python module ' + name)}, which the "
-                      "package's install brings (apt) and this node lacks")
+        # The dry run stops at the first import it lacks: ask the same interpreter for every one the
+        # package depends on, so that the message names them all at once.
+        names = [missing.group(1)] + [n for n in DEBIAN_PACKAGES if n != missing.group(1)]
+        ask = ("import importlib.util, sys; print(' '.join(n for n in sys.argv[1:] "
+               "if importlib.util.find_spec(n) is None))")
+        rc, out, _ = module.run_command([interpreter, "-c", ask] + names[1:], environ_update={"PYTHONPATH": library})
+        lacking = [names[0]] + (out.split() if rc == 0 else [])
+        packages = [DEBIAN_PACKAGES.get(name, "the Python module " + name) for name in lacking]
+        return None, (f"its plan needs {', '.join(packages)}, which the package's install brings (apt) and this "
+                      "node lacks")
     if rc != 0:
         return None, f"the package's dry run exited {rc}: {(err.strip() or out.strip())[-300:]}"
     try:
@@ -179,7 +202,7 @@ def not_installed(module, profile):
               "msg": f"tuned-rl is not installed yet ({executable} not found): once installed, the profile "
                      f"{profile} would be applied, each step verified; {why}"}
     if module._diff:
-        result["diff"] = {"before": "", "after": content or "", "before_header": "tuned-rl not installed",
+        result["diff"] = {"before": "", "after": content or "", "before_header": f"tuned-rl not installed; {why}",
                           "after_header": f"profile {profile}, to be applied"}
     module.exit_json(**result)
 
