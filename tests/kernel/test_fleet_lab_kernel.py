@@ -17,10 +17,15 @@ pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
 
 def test_a_regressed_wave_fails_an_unchanged_one_passes_and_the_judges_p999_is_promqls():
     from fleet_lab import run_lab
-    lab = run_lab(window=40.0, step=5.0, ratio=2.0, per_group=10, say=print)
+    # x3, not x2: this proves that the judge reads Prometheus as PromQL does, fails a regressed wave and
+    # names a restarted and a vanished node without flipping the verdict; the judge's power is
+    # bench/fleet_sim.py's. At x2 over 40 s a CI run read fail at p = 0.0026, and inconclusive
+    # (p = 0.017) with the two named control nodes left out: a verdict so near its level moves with
+    # two nodes fewer, which is not what the test asks.
+    lab = run_lab(window=40.0, step=5.0, ratio=3.0, per_group=10, say=print)
     regressed, unchanged = lab["results"]["regressed"], lab["results"]["unchanged"]
     assert regressed["exit"] == 1 and regressed["report"]["outcome"] == "fail", regressed["report"]["reason"]
-    assert 1.6 < regressed["report"]["shift"] < 2.5
+    assert 2.2 < regressed["report"]["shift"] < 4.0
     assert unchanged["exit"] == 0 and unchanged["report"]["outcome"] == "pass", unchanged["report"]["reason"]
     # The node whose watch restarted and the node that went away are named, and flip nothing.
     nodes = {n["node"]: n for n in unchanged["report"]["nodes"]}
