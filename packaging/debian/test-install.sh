@@ -92,7 +92,8 @@ done
     || fail "check mode left its unpacked package behind"
 say "ansible-playbook --check --diff before tuned-rl is installed: exit 0, ${recap#*: }; live $rt_runtime -> planned 500000${lacking:+ (lacking $lacking: fetched, unpacked, none installed)}"
 
-installed_before=$(dpkg-query -W -f '${Package} ${Status}\n' | awk '$NF == "installed" {print $1}' | sort)
+installed_packages() { dpkg-query -W -f '${Package} ${Status}\n' | awk '$NF == "installed" {print $1}' | sort; }
+installed_before=$(installed_packages)
 apt-get install -y -qq "./$deb" >/dev/null
 files=$(dpkg-query -L tuned-rl)
 test -x /usr/bin/tuned-rl
@@ -138,8 +139,7 @@ dpkg-query -W tuned-rl >/dev/null 2>&1 && fail "dpkg still knows tuned-rl after 
 "$checkout/.venv/bin/python" -c "import tuned_rl.core.agent" || fail "the checkout's virtual environment no longer imports tuned_rl"
 say "purged: nothing the package installed or compiled is left; the checkout's .venv imports tuned_rl"
 # What apt brought with it (python3-pluggy, ...) goes too: the next run meets a node as fresh as this one.
-brought=$(comm -13 <(echo "$installed_before") \
-    <(dpkg-query -W -f '${Package} ${Status}\n' | awk '$NF == "installed" {print $1}' | sort) | tr '\n' ' ')
+brought=$(comm -13 <(echo "$installed_before") <(installed_packages) | tr '\n' ' ')
 if [ -n "${brought// }" ]; then
     # shellcheck disable=SC2086
     apt-get purge -y -qq $brought >/dev/null 2>&1 || fail "could not purge what the package's install brought: $brought"

@@ -155,13 +155,14 @@ def judge(treated: dict[str, NodeWindows], control: dict[str, NodeWindows],
                      s.alpha_group * share),
                     ("treated p999, every sub-window,", verdict.shift, verdict.p_value, s.alpha_group * (1 - share)))
                    if level > 0 and p <= level]
-    shares = ((scores, control_scores, 1 - share), (quiet_scores, control_quiet, share))
+    # Each score with its control scores, its share of alpha_node, and the node's own before/after test.
+    per_score = ((scores, control_scores, 1 - share, _mann_whitney_p), (quiet_scores, control_quiet, share, _quiet_rank_p))
     for name in treated:
         if name not in scores:
             continue
         p_values = []
-        for node_scores, controls, share in shares:
-            if share <= 0:
+        for node_scores, controls, spent, own_test in per_score:
+            if spent <= 0:
                 continue
             spread = float(np.std(controls, ddof=1)) if len(controls) > 1 else 0.0
             if spread <= 0:
@@ -170,14 +171,13 @@ def judge(treated: dict[str, NodeWindows], control: dict[str, NodeWindows],
             # Its score against the control nodes' prediction interval (Student's t) ...
             t = (node_scores[name] - tolerance - float(np.mean(controls))) / (spread * math.sqrt(1 + 1 / len(controls)))
             p = float(t_sf(t, len(controls) - 1))
-            if before is not None and p <= s.alpha_node * share / len(treated_scores):
+            if before is not None and p <= s.alpha_node * spent / len(treated_scores):
                 # ... and, with a window before, its own sub-windows after against before, by relabelling
                 # them (exact where they are exchangeable): named only when both say so. Alone, the
                 # interval is a normal model's (heavy-tailed node scores named 1.8% of 20-node A/As), and
                 # the relabelling treats sub-windows as independent (short ones are not: 5% of A/As at 15 s).
-                own = np.array(after[name]) - tolerance, np.array(earlier[name])
-                p = max(p, _quiet_rank_p(*own) if node_scores is quiet_scores else _mann_whitney_p(*own))
-            p_values.append(p / share)
+                p = max(p, own_test(np.array(after[name]) - tolerance, np.array(earlier[name])))
+            p_values.append(p / spent)
         figures[name].p_value = min(1.0, min(p_values))  # at the node's alpha_node, both scores' shares spent
         if figures[name].p_value <= s.alpha_node / len(treated_scores):
             verdict.regressed_nodes.append(name)

@@ -163,7 +163,7 @@ def unpacked_plan(module, profile):
         names = [missing.group(1)] + [n for n in DEBIAN_PACKAGES if n != missing.group(1)]
         ask = ("import importlib.util, sys; print(' '.join(n for n in sys.argv[1:] "
                "if importlib.util.find_spec(n) is None))")
-        rc, out, _ = module.run_command([interpreter, "-c", ask] + names[1:], environ_update={"PYTHONPATH": library})
+        rc, out, _ = module.run_command([interpreter, "-c", ask] + names[1:], environ_update=environment)
         lacking = [names[0]] + (out.split() if rc == 0 else [])
         packages = [DEBIAN_PACKAGES.get(name, "the Python module " + name) for name in lacking]
         return None, (f"its plan needs {', '.join(packages)}, which the package's install brings (apt) and this "
