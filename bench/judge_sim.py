@@ -47,7 +47,8 @@ import numpy as np
 from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, JudgeSettings, judge
 from tuned_rl.measure.settings import DEFAULT_VERIFY
 from tuned_rl.measure.stats import quantile
-from tuned_rl.measure.switchback import NO_PRIOR, NoisePrior, SwitchbackSettings, Window, arm_order, look
+from tuned_rl.measure.switchback import (NO_PRIOR, NoisePrior, SwitchbackSettings, Window, arm_order, look,
+                                         run_blocks_for)
 
 FIXED_WINDOWS = 15
 EVENTS_PER_WINDOW = 1000  # the old default canary's rate, for tests/test_judge.py
@@ -248,8 +249,10 @@ def switchback_step(source, settings: SwitchbackSettings, baseline: list[Window]
         first = source.window(False)
         per_block = verify.windows_per_block(len(first.values) / source.window_seconds)
         windows = [first] + [source.window(False) for _ in range(per_block - 1)]
+    runs = run_blocks_for(per_block * source.window_seconds, verify.run_seconds) if verify.run_seconds else 1
+    settings = dataclasses.replace(settings, run_blocks=runs)
     with_step, last_block, decision = False, [], None
-    for block, arm in enumerate(arm_order(source.rng, settings.max_blocks), 1):
+    for block, arm in enumerate(arm_order(source.rng, settings.max_blocks, runs, settings.single_blocks), 1):
         cost = 1.0
         if arm != with_step:
             source.skip(verify.settle_seconds)  # the change, and settling: dropped
@@ -409,7 +412,7 @@ def run_row(job: "tuple[Case, str, int, int, float]") -> str:
     share, undecided, seconds = run_case(design, make, trials, case.steps, case.switching)
     rate = "rec" if case.recording else str(case.rate)
     ratio = "" if case.steps > 1 else f"x{p999_ratio(case, seed, loaded):.2f}"
-    return (f"{design:<11} {rate:>6}  {case.label:<46} {ratio:>7} {share:>10.1%} {undecided:>12.1%} {seconds:>8.0f}"
+    return (f"{design:<11} {rate:>6}  {case.label:<46} {ratio:>7} {share:>10.1%} {undecided:>12.1%} {seconds:>8.1f}"
             f"   ({time.perf_counter() - started:.0f} s)")
 
 
@@ -422,6 +425,8 @@ def main() -> None:
     parser.add_argument("--block-windows", type=int, default=DEFAULT_VERIFY.block_windows, help="(explore)")
     parser.add_argument("--max-blocks", type=int, default=DEFAULT_VERIFY.max_blocks, help="(explore)")
     parser.add_argument("--settle", type=float, default=DEFAULT_VERIFY.settle_seconds, help="(explore)")
+    parser.add_argument("--run-seconds", type=float, default=DEFAULT_VERIFY.run_seconds,
+                        help="(explore) arms change in runs at least this long; 0: every block (before 2026-12-05)")
     parser.add_argument("--confidence", type=float, default=DEFAULT_VERIFY.confidence, help="(explore)")
     parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
                         help="(explore) a SwitchbackSettings field, e.g. harm=4 beta_shape=0.3")
@@ -437,7 +442,7 @@ def main() -> None:
     args = parser.parse_args()
     global VERIFY, SWITCHBACK
     VERIFY = dataclasses.replace(DEFAULT_VERIFY, block_windows=args.block_windows, max_blocks=args.max_blocks,
-                                 settle_seconds=args.settle)
+                                 settle_seconds=args.settle, run_seconds=args.run_seconds)
     SWITCHBACK = dataclasses.replace(VERIFY.switchback_settings(), confidence=args.confidence)
     for assignment in args.set:
         name, _, value = assignment.partition("=")

@@ -12,7 +12,7 @@ import pytest
 
 from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION
 from tuned_rl.measure.switchback import (NO_PRIOR, Fit, NoisePrior, SwitchbackSettings, Window, arm_order, gather,
-                                         look, randomization_p, why_not_reverted)
+                                         look, randomization_p, run_blocks_for, why_not_reverted)
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 from judge_sim import Effect, SyntheticSource, heavy_tail, run_case  # noqa: E402  the bench's noise models
@@ -21,16 +21,17 @@ SETTINGS = SwitchbackSettings()
 
 
 def blocks_of(arm_scale, blocks: int, events: int = 4000, drift=lambda t: 1.0, count=lambda t, b: 1.0, seed=0,
-              effect: Effect | None = None, before=lambda w: w):
-    """A baseline block and ``blocks`` blocks of one 0.5 s window each, in AB/BA pairs by a seeded
-    coin, 0.25 s of settling where the arm changes; the step scales the waits by ``arm_scale`` (or
-    does ``effect`` to them); ``before`` may change each window afterwards."""
+              effect: Effect | None = None, before=lambda w: w, run_blocks: int = 1, settle: float = 0.25):
+    """A baseline block and ``blocks`` blocks of one 0.5 s window each, in pairs of runs of
+    ``run_blocks`` blocks (AB/BA by a seeded coin), ``settle`` s of settling where the arm changes; the
+    step scales the waits by ``arm_scale`` (or does ``effect`` to them); ``before`` may change each
+    window afterwards."""
     rng = np.random.default_rng(seed)
-    arms = [False] + arm_order(np.random.default_rng(seed + 1000), blocks)
+    arms = [False] + arm_order(np.random.default_rng(seed + 1000), blocks, run_blocks)
     windows, clock = [], 0.0
     for block, with_step in enumerate(arms):
         if block and with_step != arms[block - 1]:
-            clock += 0.25
+            clock += settle
         n = int(events * count(clock, with_step))
         values = heavy_tail(rng, n, drift(clock) * (arm_scale if with_step else 1.0))
         if with_step and effect is not None:
@@ -199,9 +200,59 @@ def test_the_looks_levels_spend_no_more_than_the_totals():
     for rule, share in (("tail", 0.6), ("broad", 0.35), ("starved", 0.05)):
         levels = [s.regression_level(b, rule) for b in range(1, s.max_blocks + 1)]
         assert 0 < sum(levels) and max(levels) <= share * s.alpha  # each look's nominal level, under the share
+    runs = dataclasses.replace(s, run_blocks=2)  # the tail's share split between blocks and runs
+    assert runs.regression_shares == pytest.approx({"tail": 0.12, "run": 0.48, "broad": 0.35, "starved": 0.05})
+    assert sum(runs.regression_shares.values()) == pytest.approx(1.0) and s.regression_level(20, "run") == 0
+    over_runs = [runs.regression_level(b, "run") for b in range(1, s.max_blocks + 1)]
+    first = next(b for b, level in enumerate(over_runs, 1) if level > 0)
+    assert first == 12 and max(over_runs) <= 0.48 * s.alpha  # the runs' fit has 4 degrees of freedom from block 11
     keep = [s.keep_level(b, 0) for b in range(1, s.max_blocks + 1)]
     assert keep[:5] == [0.0] * 5 and keep[5] > 0  # no prior: not before the step's own 4 degrees of freedom
     assert s.keep_level(2, 0) == 0 and s.keep_level(4, 24) > 0  # a prior lets the harm bound look sooner
+
+
+def test_the_arms_change_in_runs_of_a_second_and_each_pair_of_runs_is_one_coin():
+    from tuned_rl.measure.settings import VerifySettings
+    order = arm_order(np.random.default_rng(5), 16, 2)
+    runs = [order[i:i + 2] for i in range(0, 16, 2)]
+    assert all(run[0] == run[1] for run in runs)  # a run: two blocks of one arm
+    assert all(runs[i][0] != runs[i + 1][0] for i in range(0, 8, 2))  # a pair of runs: AB or BA
+    firsts = [runs[i][0] for i in range(0, 8, 2)]
+    assert 0 < sum(firsts) < len(firsts)  # the coin, not a fixed order
+    hybrid = arm_order(np.random.default_rng(5), 12, 2, single_blocks=4)  # (explored in the sim)
+    assert all(hybrid[i] != hybrid[i + 1] for i in (0, 2)) and hybrid[4] == hybrid[5] and hybrid[6] == hybrid[7]
+    assert [run_blocks_for(seconds) for seconds in (0.5, 1.0, 0.25, 0.1)] == [2, 1, 4, 4]  # at most MAX_RUN_BLOCKS
+    assert VerifySettings().switchback_settings(1).run_blocks == 2  # the default canary's 0.5 s blocks
+    assert VerifySettings().switchback_settings(2).run_blocks == 1  # a slow target's 1 s blocks: runs of one
+    assert VerifySettings(run_seconds=0).switchback_settings(1).run_blocks == 1
+
+
+def test_a_stall_once_a_second_lands_in_every_run_with_the_step_and_the_runs_tail_reverts_it():
+    # A helper spinning 3 ms every second: a 0.5 s block holds its spin every other time, a run of two
+    # blocks every time. Same seeds, same noise: runs of two blocks against runs of one.
+    spins = Effect(spins=(3, 1.0))
+    runs = dataclasses.replace(SETTINGS, run_blocks=2)
+    over_runs = [decide(lambda b, seed=seed: blocks_of(1.0, b, seed=seed, effect=spins, run_blocks=2, settle=0.1),
+                        runs)[0] for seed in range(12)]
+    over_blocks = [decide(lambda b, seed=seed: blocks_of(1.0, b, seed=seed, effect=spins, settle=0.1))[0]
+                   for seed in range(12)]
+    reverted = [v for v in over_runs if v.outcome == REGRESSION]
+    assert len(reverted) >= 10 and len(reverted) > sum(v.outcome == REGRESSION for v in over_blocks)
+    kept = lambda verdicts: sum(v.outcome == NO_REGRESSION for v in verdicts)  # noqa: E731
+    assert kept(over_runs) < kept(over_blocks)  # 1 against 4: pooled p999 x1.55, inside the harm a keep rules out
+    over = [v for v in reverted if v.rule == "tail regression over runs"]
+    assert over and all(v.unit == "run" and v.reason.startswith("the slowest 0.1% of each run of 2 blocks x")
+                        for v in over)
+
+
+def test_runs_of_two_keep_a_harmless_step_and_revert_a_2x_one():
+    runs = dataclasses.replace(SETTINGS, run_blocks=2)
+    kept = [decide(lambda b, seed=seed: blocks_of(1.0, b, seed=seed, run_blocks=2, settle=0.1), runs)
+            for seed in range(10)]
+    assert all(v.outcome == NO_REGRESSION for v, _ in kept) and np.median([used for _, used in kept]) <= 10
+    worse = [decide(lambda b, seed=seed: blocks_of(2.0, b, seed=seed, run_blocks=2, settle=0.1), runs)[0]
+             for seed in range(10)]
+    assert all(v.outcome == REGRESSION for v in worse)
 
 
 def test_the_randomization_p_is_the_share_of_sign_flips_at_least_as_extreme():

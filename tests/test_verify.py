@@ -48,6 +48,9 @@ class StateProbe:
 
 
 def verifier_with(scale_of_state, probe=None, **settings):
+    """A verifier on the fake probe: windows of 1 ms, each a block of 4,000 waits, the arms changing
+    in runs of two blocks as at the defaults (0.5 s windows, runs of 1 s)."""
+    settings = {"run_seconds": 0.002, **settings}
     verifier = Verifier(Host("/nonexistent"), Target("canary"), None,
                         VerifySettings(window_seconds=0.001, settle_seconds=0, **settings))
     verifier._probe = probe or StateProbe(scale_of_state)
@@ -135,10 +138,12 @@ def test_rounds_alternate_and_report_each_round():
     assert result.outcome == "reverted" and not state["applied"]
 
 
-# Drains, counted from 1: the baseline's 3 windows, then each block's dropped window and 4 kept.
-@pytest.mark.parametrize("fail_at, where", [(1, "baseline"), (4, "settling after apply"), (6, "with the step"),
-                                            (9, "settling after revert"), (11, "without the step, block 2")])
-def test_a_probe_failure_at_any_point_leaves_the_step_applied_and_says_so(fail_at, where):
+# Drains, counted from 1: the baseline's window, then each block's window, and a settling drain before
+# each block that follows a change of arm. The coin orders the runs, so a drain falls in the baseline
+# (1), a block or a settling; a harmless step is kept at block 6 at the soonest, 8 drains and more in
+# (runs of two: at least two changes by then), so each of these falls while the step is measured.
+@pytest.mark.parametrize("fail_at", [1, 3, 5, 7, 8])
+def test_a_probe_failure_at_any_point_leaves_the_step_applied_and_says_so(fail_at):
     verifier = verifier_with(lambda: 1.0, probe=StateProbe(lambda: 1.0, fail_at=fail_at))
     with pytest.raises(ProbeError):
         run_step(verifier, harm=1.0)
@@ -149,7 +154,7 @@ def test_a_probe_failure_at_any_point_leaves_the_step_applied_and_says_so(fail_a
     assert state["applied"]
 
 
-@pytest.mark.parametrize("fail_at", [1, 4, 6, 9, 11])
+@pytest.mark.parametrize("fail_at", [1, 3, 5, 7, 8])
 def test_the_agent_reports_a_step_whose_probe_failed_as_applied_and_journals_it_done(fail_at, tree, profile_file,
                                                                                      state_dir):
     agent = Agent(load_plugins(), tree.host, Journal(state_dir))
@@ -265,3 +270,39 @@ def test_a_block_is_one_window_at_the_canarys_rate_whichever_side_of_8000_its_fi
     # other apply measured all its steps in 1 s blocks.
     assert VerifySettings().windows_per_block(events_per_second) == windows
     assert VerifySettings(block_windows=3).windows_per_block(events_per_second) == 3
+
+
+class EveryOtherDrainStalls(StateProbe):
+    """With the step in place, every other drain (window) holds eight waits of 5 ms: a stall that
+    comes once in two blocks, as a helper spinning once a second does to 0.5 s blocks."""
+
+    def __init__(self, applied):
+        super().__init__(lambda: 1.0)
+        self.applied = applied
+
+    def drain(self):
+        waits = super().drain()
+        if self.applied() and self.drains % 2 == 0:
+            waits.latencies[:8] = 5_000_000
+        return waits
+
+
+def test_a_stall_every_other_block_is_reverted_over_runs_and_the_report_says_what_was_judged():
+    from tuned_rl.core.report import StepReport
+    outcomes, rules = [], []
+    for seed in range(6):
+        state = {"applied": False}
+        verifier = verifier_with(lambda: 1.0, probe=EveryOtherDrainStalls(lambda: state["applied"]))
+        verifier._order = np.random.default_rng(seed)
+        result = verifier.verify("step", lambda: state.update(applied=True), lambda: state.update(applied=False))
+        outcomes.append(result.outcome)
+        verdict = result.verdict.to_dict()
+        rules.append(verdict["rule"])
+        assert verdict["run_blocks"] == 2 and state["applied"] == (result.outcome != "reverted")
+        if verdict["rule"] == "tail regression over runs":
+            assert verdict["unit"] == "run" and verdict["statistic"] == "the slowest 0.1%"
+            step = StepReport("lab", "stall", [], result.outcome, result.verdict.reason, *result.figures(), verdict)
+            text = "\n".join(" ".join(row) for row in _rows(step))
+            assert "judged on the slowest 0.1% of each run's waits (2 blocks of one arm in a row): " in text
+            assert "the slowest 0.1% of each run of 2 blocks x" in text
+    assert outcomes.count("reverted") == 6 and "tail regression over runs" in rules, (outcomes, rules)

@@ -126,7 +126,9 @@ def _judged_lines(v: dict) -> list[str]:
              f", at most x{v['effect_upper']:.3g}" if v.get("effect_upper") is not None else "")
     level = v.get("look_level")
     at = f" ({level_text(level)} at this look)" if bound and level else ""
-    lines = [f"judged on {v['statistic']} of each block's waits: {format_us(v['statistic_without_us'] or math.nan)} "
+    over = (f"each run's waits ({v.get('run_blocks')} blocks of one arm in a row)" if v.get("unit") == "run"
+            else "each block's waits")
+    lines = [f"judged on {v['statistic']} of {over}: {format_us(v['statistic_without_us'] or math.nan)} "
              f"without, {format_us(v['statistic_with_us'] or math.nan)} with the step (geometric means); drift "
              f"allowed for x{v['effect']:.3g}{bound}{at}; {v['windows']} windows, {v['seconds']:g} s"]
     claim = _claim(v)

@@ -121,14 +121,15 @@ class Verifier:
 
     def _switchback(self, label: str, apply: Callable[[], None], revert: Callable[[], None]) -> StepVerdict:
         s = self.settings
-        sequential = s.switchback_settings()
         reused = self.baseline is not None
         self._recorder.forget_all_but(self.baseline.spans if reused else [])
         baseline = self.baseline or self._measure_baseline(label)
+        sequential = s.switchback_settings(self._per_block)
         plan = [(span, False, 0) for span in baseline.spans]  # each window: its span, its arm, its block
         settling: list[Span] = []
         with_step, decision, last = False, None, baseline
-        for block, arm in enumerate(arm_order(self._order, s.max_blocks), 1):
+        order = arm_order(self._order, s.max_blocks, sequential.run_blocks, sequential.single_blocks)
+        for block, arm in enumerate(order, 1):
             phase = f"block {block}/{s.max_blocks} {'with' if arm else 'without'} the step"
             if arm != with_step:  # pairs meeting with one arm (B A | A B) need no change, and no settling
                 (apply if arm else revert)()
@@ -259,7 +260,8 @@ def _switchback_verdict(decision: Look, arms: dict[bool, Measurement], settings:
                    settling_dropped=settling, straddled=straddled, metric=settings.metric,
                    confidence=claim, look_level=decision.level, harm=decision.harm,
                    randomization_p=decision.randomization_p, noisy_blocks=decision.noisy_blocks,
-                   blocks=decision.blocks, noise_prior_df=_borrowed_df(decision))
+                   blocks=decision.blocks, noise_prior_df=_borrowed_df(decision), unit=decision.unit,
+                   run_blocks=decision.run_blocks)
 
 
 def _borrowed_df(decision: Look) -> int:

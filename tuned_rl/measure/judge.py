@@ -81,7 +81,7 @@ class Verdict:
     lower: float | None = None
     rule: str | None = None
     statistic: str | None = None  # "the slowest 0.1%" (of each block's waits) or "the slowest 5%"
-    tail_before_us: float | None = None  # the metric's tail per arm: the blocks' geometric mean
+    tail_before_us: float | None = None  # the deciding statistic per arm: the blocks' (or runs') geometric mean
     tail_after_us: float | None = None
     why_not_reverted: str | None = None  # for a step kept though its pooled metric rose beyond the tolerance
     settling_dropped: int = 0  # waits that began while a change took hold: in no arm
@@ -94,6 +94,8 @@ class Verdict:
     noisy_blocks: int = 0  # blocks whose metric tail stood out of the fit
     blocks: int | None = None
     noise_prior_df: int = 0  # degrees of freedom the harm bound borrowed from earlier steps
+    unit: str = "block"  # the statistic was read over each block, or each run of blocks of one arm
+    run_blocks: int = 1  # blocks of one arm in a row
 
     @property
     def ratio(self) -> float:
@@ -113,7 +115,7 @@ class Verdict:
                     settling_dropped=self.settling_dropped, straddled=self.straddled,
                     why_not_reverted=self.why_not_reverted, look_level=_sig(self.look_level), harm=self.harm,
                     randomization_p=_sig(self.randomization_p), noisy_blocks=self.noisy_blocks, blocks=self.blocks,
-                    noise_prior_df=self.noise_prior_df)
+                    noise_prior_df=self.noise_prior_df, unit=self.unit, run_blocks=self.run_blocks)
         return data
 
 

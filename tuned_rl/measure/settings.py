@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, fields
 
 from tuned_rl.measure.judge import JudgeSettings
-from tuned_rl.measure.switchback import SwitchbackSettings, block_events
+from tuned_rl.measure.switchback import RUN_SECONDS, SwitchbackSettings, block_events, run_blocks_for
 from tuned_rl.profiles.schema import Key, Table
 
 VERIFY_TABLE = Table(
@@ -27,6 +27,10 @@ VERIFY_TABLE = Table(
                                   "sized by the target's event rate, enough for the metric's tail to rest on 4 waits "
                                   "(one window of 0.5 s at 8,000 events a second), at most 2.",
                              minimum=0, maximum=100),
+        "run_seconds": Key(float, "switchback: the arms change in runs of blocks at least this long, and the "
+                                  "metric's tail is also judged over each run, so that a stall the step adds once "
+                                  "in this long lands in every run with it (1 s: runs of two 0.5 s blocks); 0: "
+                                  "every block on its own.", minimum=0, maximum=60),
         "max_blocks": Key(int, "switchback: blocks at most before the verdict is inconclusive.", minimum=2,
                           maximum=100),
         "harm": Key(float, "switchback: a kept step's metric (its slowest 0.1% for p999) worse than this ratio is "
@@ -87,6 +91,7 @@ class VerifySettings:
     tolerance: float = JudgeSettings.tolerance
     confidence: float = JudgeSettings.confidence
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    run_seconds: float = RUN_SECONDS  # the arms change in runs of blocks at least this long (0: every block)
     on_inconclusive: str = "keep"
 
     @classmethod
@@ -98,10 +103,13 @@ class VerifySettings:
         return JudgeSettings(metric=self.metric, tolerance=self.tolerance, confidence=self.confidence,
                              min_samples=self.min_samples)
 
-    def switchback_settings(self) -> SwitchbackSettings:
+    def switchback_settings(self, block_windows: int = 1) -> SwitchbackSettings:
+        """The sequential verdict's settings, for blocks of ``block_windows`` windows (which size the runs)."""
+        run_blocks = run_blocks_for(block_windows * self.window_seconds, self.run_seconds) if self.run_seconds else 1
         return SwitchbackSettings(metric=self.metric, tolerance=self.tolerance, confidence=self.confidence,
                                   max_blocks=self.max_blocks, min_samples=self.min_samples, harm=self.harm,
-                                  broad_harm=self.broad_harm, harm_confidence=self.harm_confidence)
+                                  broad_harm=self.broad_harm, harm_confidence=self.harm_confidence,
+                                  run_blocks=run_blocks)
 
     def windows_per_block(self, events_per_second: float) -> int:
         """``block_windows``, or (0) enough windows for a block's metric tail to rest on TAIL_AT_LEAST
