@@ -60,15 +60,19 @@ def test_a_step_that_adds_rare_stalls_is_reverted_on_what_the_slowest_tenth_of_a
     print(result.row(), step["reason"])
     assert step["plugin"] == "lab_stall" and step["outcome"] == "reverted", step["reason"]
     verdict = step["verdict"]
-    # Here the slowest 0.1% decides; on a noisier machine (a fresh CI one: a quiet canary's p999 of
-    # 0.35 ms, the hypervisor stealing 100-300 ms) its blocks scatter more and the slowest 5% can be
-    # significant first, and a broad regression is called only when the slowest 0.1% agrees (x10.9
-    # there). Either way the report's figures of the slowest 0.1% are what rose: x7.8-10 here, x1.97
-    # under bench/host_noise.py, whose own stalls of up to 2.5 ms fill the tail without the step.
-    assert verdict["rule"] in ("tail regression", "broad regression"), verdict
-    if verdict["rule"] == "tail regression":
+    # Here the slowest 0.1% decides, over blocks or over runs of two; on a noisier machine (a fresh CI
+    # one: a quiet canary's p999 of 0.35 ms, the hypervisor stealing 100-300 ms) its blocks scatter
+    # more and the slowest 5% can be significant first, and a broad regression is called only when
+    # the slowest 0.1% agrees (x10.9 there). The report's per-arm figures are the deciding
+    # statistic's: the slowest 0.1% rose x7.8-10 here, x1.97 under bench/host_noise.py, whose own
+    # stalls of up to 2.5 ms fill the tail without the step; a broad regression's slowest 5% rose
+    # beyond the 20% tolerance.
+    assert verdict["rule"] in ("tail regression", "tail regression over runs", "broad regression"), verdict
+    if verdict["rule"] != "broad regression":
         assert verdict["statistic"] == "the slowest 0.1%" and verdict["effect_lower"] > 1.2
-    assert verdict["statistic_with_us"] > 1.5 * verdict["statistic_without_us"]
+        assert verdict["statistic_with_us"] > 1.5 * verdict["statistic_without_us"]
+    else:
+        assert verdict["statistic_with_us"] > 1.2 * verdict["statistic_without_us"]
     assert result.value_after_apply == "SCHED_IDLE" and result.host_restored  # put back before apply returned
     assert result.seconds < 120
 
@@ -86,8 +90,8 @@ def test_isolating_a_workload_onto_too_few_cpus_is_reverted_and_every_task_is_ba
         assert result.seconds < 120
     step = results[-1].report["steps"][-1]
     assert step["plugin"] == "cpu_isolation" and step["outcome"] == "reverted", step["reason"]
-    # The figures that decided show it: each arm's slowest 0.1% (the pooled p999 of a run rests on a
-    # few waits: one CI run with a busy neighbour read 2.95 -> 3.60 ms pooled).
+    # The figures that decided show it: each arm's figure of the deciding statistic (the pooled p999 of
+    # a run rests on a few waits: one CI run with a busy neighbour read 2.95 -> 3.60 ms pooled).
     verdict = step["verdict"]
     assert verdict["rule"] == "starved" or verdict["statistic_with_us"] > 1.2 * verdict["statistic_without_us"], \
         verdict
