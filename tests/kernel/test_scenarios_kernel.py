@@ -113,9 +113,10 @@ def test_a_harmless_step_is_not_reverted(tmp_path):
     assert results[-1].decision in ("kept", "inconclusive"), step["reason"]
     if results[-1].decision == "inconclusive":  # it says what it could not rule out, and that it kept the step
         assert "cannot be ruled out" in step["reason"] and "kept (on_inconclusive = keep)" in step["reason"], step
-    blocks = step["blocks"]  # the switchback verdict: pairs of blocks, each AB or BA by a coin
-    pairs = [blocks[i:i + 2] for i in range(0, len(blocks) - 1, 2)]
-    assert len(blocks) >= 2 and all(a["with_step"] != b["with_step"] for a, b in pairs), blocks
+    blocks = step["blocks"]  # the switchback verdict: runs of two blocks of one arm, pairs of runs AB or BA
+    runs = [blocks[i:i + 2] for i in range(0, len(blocks) - 1, 2)]
+    assert len(blocks) >= 2 and all(a["with_step"] == b["with_step"] for a, b in runs), blocks
+    assert all(x[0]["with_step"] != y[0]["with_step"] for x, y in zip(runs[::2], runs[1::2])), blocks
     arms = [False] + [b["with_step"] for b in blocks]  # a change made only where the arm changes
     assert [b["after_change"] for b in blocks] == [x != y for x, y in zip(arms, arms[1:])]
     assert all(b["n"] > 0 for b in blocks) and step["verdict"]["windows"] >= 1 + len(blocks)
