@@ -152,7 +152,7 @@ def apply_profile(text: str, state_dir: Path, timeout: float = 600, lab_plugin: 
     ``lab_plugin``: load the lab's own plugin too, as a third-party plugin is loaded (PYTHONPATH).
     """
     profile = state_dir / "profile.toml"
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)  # the profile is written before tuned-rl runs
     profile.write_text(text)
     started = time.monotonic()
     report = tuned_rl_json(["apply", str(profile)], state_dir, timeout, lab_plugin)
@@ -162,7 +162,8 @@ def apply_profile(text: str, state_dir: Path, timeout: float = 600, lab_plugin: 
 def run_tuned_rl(args: list[str], state_dir: Path, timeout: float, lab_plugin: bool = False
                  ) -> subprocess.CompletedProcess:
     """`tuned-rl ARGS` in a new process on this host (never a test tree), with its own state
-    directory; RuntimeError if it fails."""
+    directory (made here if missing); RuntimeError if it fails."""
+    state_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TUNED_RL_STATE_DIR": str(state_dir)}
     env.pop("TUNED_RL_HOST_ROOT", None)
     if lab_plugin:

@@ -67,7 +67,6 @@ def policy_of(pid: int) -> int:
 
 def run(state_dir: Path, target: str = "canary", spin_ms: float = 5.0, every_s: float = 0.5, cpu: int = 1,
         show_effect: bool = False) -> Outcome:
-    state_dir.mkdir(parents=True, exist_ok=True)
     commands = [helper_command(spin_ms, every_s, cpu)] + ([workload_command(cpu)] if target == "workload" else [])
     with processes(commands) as (helper, *_):
         time.sleep(2 if target == "workload" else 0.5)  # past the workload's start-up
