@@ -262,7 +262,7 @@ def test_the_randomization_p_is_the_share_of_sign_flips_at_least_as_extreme():
     assert randomization_p((), 0.0) == 1.0
 
 
-def test_the_noise_prior_pools_the_earlier_steps_variance_unless_the_step_is_clearly_noisier():
+def test_the_noise_prior_pools_the_earlier_steps_variance_unless_the_step_is_clearly_noisier_or_has_enough_of_its_own():
     fit = Fit(0.1, math.sqrt(0.25 * 0.5), 3, 0.0, variance=0.25, own_df=3, leverage=0.5)
     prior = NoisePrior(tail=(0.2, 20), broad=(0.1, 20))
     pooled = prior.moderate(fit, "tail")
@@ -270,6 +270,8 @@ def test_the_noise_prior_pools_the_earlier_steps_variance_unless_the_step_is_cle
     assert pooled.se == pytest.approx(math.sqrt(pooled.variance * 0.5))
     noisier = dataclasses.replace(fit, variance=5.0)  # 25x the prior's: F(3, 20) = 25, p < 0.01
     assert prior.moderate(noisier, "tail") is noisier
+    later = dataclasses.replace(fit, df=7, own_df=7)  # past the step's first 6 degrees of freedom, its own decide
+    assert prior.moderate(later, "tail", until_own_df=6) is later and prior.moderate(later, "tail", 7).df == 27
     learned = NO_PRIOR.learned(look(blocks_of(1.0, 12), 12, SETTINGS), SETTINGS.prior_df_cap)
     assert learned.tail[1] > 0 and learned.broad[1] > 0 and learned.df <= SETTINGS.prior_df_cap
 

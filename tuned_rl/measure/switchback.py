@@ -62,7 +62,10 @@ rates leave.
 *The noise prior.* The harm bound pools each statistic's residual variance with what the
 apply's earlier steps measured (a moderated estimate: Smyth 2004, limma's empirical Bayes t), at
 most 24 degrees of freedom, unless the step's own is clearly larger (F test at 1%); with a prior
-it may look from 3 degrees of freedom of its own. A regression rests on the step's own blocks.
+it may look from 3 degrees of freedom of its own, and borrows it while it has at most 6 of its own
+(then its own decide: a stall once a second moves some blocks only, and was kept at late looks on a
+quieter past's variance). An apply starts from the prior its target's last apply on this host
+left (tuned_rl/core/noise_memory.py). A regression rests on the step's own blocks.
 
 Every bound is Student's t at its degrees of freedom, the spending boundary's nominal level read
 against it. The rates hold as far as the blocks' statistics are close to normal around a smooth
@@ -163,6 +166,7 @@ class SwitchbackSettings:
     large_improvement: float = math.log(2)
     prior_df_cap: int = 24  # a noise prior from earlier steps counts as at most this many degrees of freedom
     prior_own_df: int = 3  # with a prior, a keep still needs this many of the step's own
+    prior_until_own_df: int = 6  # and borrows it only while it has at most this many of its own
     sign_p: float = 0.05  # a tail worse beyond the tolerance at this p (the step's own fit) is not kept as harmless
     randomization_p: float = 0.05  # at the last look a regression must also pass the sign-flip test at this
     look_growth: float = 1.25  # after block look_every_to, a look each time the blocks grow by this factor
@@ -349,11 +353,14 @@ class NoisePrior:
     def df(self) -> int:
         return min(p[1] for p in (self.tail, self.broad)) if self.tail and self.broad else 0
 
-    def moderate(self, fit: Fit | None, which: str) -> Fit | None:
+    def moderate(self, fit: Fit | None, which: str, until_own_df: int = 6) -> Fit | None:
         """``fit`` with its variance pooled with the prior's, unless its own is clearly larger
-        (F test at 1%: a step that made the host noisier must not borrow a quieter past)."""
+        (F test at 1%: a step that made the host noisier must not borrow a quieter past), or it has
+        more than ``until_own_df`` degrees of freedom of its own (then its own decide: a step whose
+        harm shows in some blocks only, a stall once a second, was kept at late looks on a quieter
+        past's variance)."""
         prior = getattr(self, which)
-        if fit is None or prior is None or fit.own_df < 1 or not prior[0] > 0:
+        if (fit is None or prior is None or not 1 <= fit.own_df <= until_own_df or not prior[0] > 0):
             return fit
         variance, df = prior
         if f_sf(fit.variance / variance, fit.own_df, df) < 0.01:
@@ -525,7 +532,8 @@ def gather(windows: list[Window], blocks: int, settings: SwitchbackSettings, pri
     return Evidence(
         settings, blocks, ("none", "linear", "quadratic")[degree], tail=tail, broad=broad,
         starved=_fit(np.log(counts + 1), arms, times, degree, changed),
-        keep_tail=prior.moderate(tail, "tail"), keep_broad=prior.moderate(broad, "broad"), prior_df=prior.df,
+        keep_tail=prior.moderate(tail, "tail", settings.prior_until_own_df),
+        keep_broad=prior.moderate(broad, "broad", settings.prior_until_own_df), prior_df=prior.df,
         pooled=_ratio(with_step, without, lambda v: quantile(v, QUANTILES[settings.metric])),
         tail_us=tuple(_geometric_mean_us(tail_y[arms == arm]) for arm in (0, 1)),
         n_with=int(counts[arms == 1].sum()), n_without=int(counts[arms == 0].sum()),
