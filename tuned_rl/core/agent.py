@@ -20,6 +20,7 @@ from tuned_rl.core.rollback_report import RollbackReport
 from tuned_rl.core.status_report import StatusReport
 from tuned_rl.core.step_writer import HostError, StepWriter, describe_error
 from tuned_rl.core.undo import undo_records
+from tuned_rl.core.noise_memory import NoiseMemory
 from tuned_rl.core.verify import Verifier
 from tuned_rl.host import Host
 from tuned_rl.measure.probes import ProbeError
@@ -161,7 +162,9 @@ class Agent:
         settings = VerifySettings.from_table(profile.get("verify"))
         if max_blocks is not None:
             settings = dataclasses.replace(settings, max_blocks=max_blocks)
-        verifier = Verifier(self.host, target, canary, settings, self.progress)
+        memory = NoiseMemory.for_target(self.journal.state_dir, profile.get("target"), settings.metric,
+                                        settings.window_seconds, self.host.boot_id(), settings.noise_memory_hours)
+        verifier = Verifier(self.host, target, canary, settings, self.progress, memory)
         try:
             return stack.enter_context(verifier), ""
         except (ProbeError, TargetError, OSError, RuntimeError) as err:

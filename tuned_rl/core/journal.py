@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import errno
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -36,7 +35,7 @@ from tuned_rl.core.changes import Change
 from tuned_rl.core.kinds import UnknownKind
 from tuned_rl.core.outcomes import Outcome
 from tuned_rl.core.state_dir import ensure_private_dir
-from tuned_rl.host.durable import fsync_directory, replace_durably, write_whole
+from tuned_rl.host.durable import fsync_directory, read_nofollow, replace_durably, write_whole
 from tuned_rl.host.tasks import Task
 
 DEFAULT_STATE_DIR = "/var/lib/tuned-rl"
@@ -140,7 +139,7 @@ class Journal:
         if not self._exists():
             return None
         try:
-            data = json.loads(_read_nofollow(path))
+            data = json.loads(read_nofollow(path))
             applied = Applied(**data)
             if not isinstance(applied.profile, str) or not isinstance(applied.host_root, (str, type(None))):
                 raise TypeError("profile and host_root must be text")
@@ -243,7 +242,7 @@ class Journal:
         for path in sorted(self.directory.iterdir()):
             if path.is_symlink() or not path.is_file():
                 continue
-            _write_durably(target / path.name, _read_nofollow(path))
+            _write_durably(target / path.name, read_nofollow(path))
         return target
 
     def move_refused(self, paths: list[Path]) -> Path:
@@ -264,7 +263,7 @@ class Journal:
     def watch_note(self) -> dict:
         """The last note watch left ({} if none, or unreadable)."""
         try:
-            note = json.loads(_read_nofollow(self.state_dir / WATCH_NOTE))
+            note = json.loads(read_nofollow(self.state_dir / WATCH_NOTE))
         except (OSError, ValueError):
             return {}
         return note if isinstance(note, dict) else {}
@@ -298,7 +297,7 @@ def _lines(record: StepRecord) -> str:
 
 def _read_record(path: Path) -> StepRecord:
     try:
-        text = _read_nofollow(path)
+        text = read_nofollow(path)
         record = _parse_v1(json.loads(text)) if path.suffix == ".json" else _parse_v2(text)
     except (OSError, ValueError, TypeError, KeyError, UnknownKind) as err:
         why = err.strerror if isinstance(err, OSError) and err.strerror else err
@@ -358,17 +357,6 @@ def _str(value) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not text")
     return value
-
-
-def _read_nofollow(path: Path) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "it is a symbolic link, which tuned-rl does not follow") from err
-        raise
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read().decode("utf-8")
 
 
 def _write_durably(path: Path, text: str) -> None:

@@ -148,8 +148,8 @@ def _claim(v: dict) -> str | None:
     if not confidence:
         return None
     error = f"{1 - confidence:.0%}".replace(".0%", "%")
-    borrowed = (f"; the noise of the host learned over {v['noise_prior_df']} degrees of freedom of the earlier "
-                "steps" if v.get("noise_prior_df") else "")
+    borrowed = (f"; the noise of the host learned over {v['noise_prior_df']} degrees of freedom of earlier "
+                "steps on this host" if v.get("noise_prior_df") else "")
     if v.get("outcome") == "regression":
         return (f"reverted: {v['statistic']} worse than the tolerance at {level_text(confidence)} (a step within "
                 f"the tolerance is reverted at most {error} of the time, over every look)")

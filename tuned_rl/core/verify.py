@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 
+from tuned_rl.core.noise_memory import NoiseMemory
 from tuned_rl.core.outcomes import Outcome
 from tuned_rl.host import Host
 from tuned_rl.measure.canary import CanarySpec
@@ -61,8 +62,9 @@ class Verifier:
     """
 
     def __init__(self, host: Host, target: Target, canary: CanarySpec | None, settings: VerifySettings,
-                 progress: Progress = lambda message: None):
+                 progress: Progress = lambda message: None, memory: NoiseMemory | None = None):
         self.host, self.target, self.canary_spec, self.settings = host, target, canary, settings
+        self.memory = memory  # the host's noise as an earlier apply learned it, recalled and kept
         self.progress = progress
         self._stack = ExitStack()
         self._probe: LatencyProbe | None = None
@@ -151,6 +153,8 @@ class Verifier:
         self.baseline = last if keep == with_step else None
         if verdict.outcome != REGRESSION:  # the host's noise, learned for the next steps' harm bounds
             self.prior = self.prior.learned(decision, sequential.prior_df_cap)
+            if self.memory is not None:
+                self.memory.remember(self._per_block, self.prior)
         result = StepVerdict(keep, self._outcome(verdict), verdict, arms[False], arms[True], reused)
         result.blocks = _block_figures(plan, s.metric)
         return result
@@ -163,6 +167,8 @@ class Verifier:
             first = self._measure(label, "measuring without the step", 1)
             rate = first.spans[0].count / self.settings.window_seconds if first.spans else 0.0
             self._per_block = self.settings.windows_per_block(rate)
+            if self.memory is not None:
+                self.prior = self.memory.recall(self._per_block)
             if self._per_block > 1:
                 self._recorder.record(self._per_block - 1, self.settings.window_seconds, measurement=first)
             return first

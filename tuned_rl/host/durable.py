@@ -19,6 +19,18 @@ def write_whole(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def read_nofollow(path: Path) -> str:
+    """A file's text, never through a symbolic link (ELOOP says so in words)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a symbolic link, which tuned-rl does not follow") from err
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read().decode("utf-8")
+
+
 def fsync_directory(path: str | os.PathLike) -> None:
     """fsync a directory, so that a rename or unlink in it is on disk (a crash cannot undo it)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -51,6 +51,10 @@ VERIFY_TABLE = Table(
                                      "whose effect takes longer to take hold sets more).", minimum=0,
                               maximum=600),
         "on_inconclusive": Key(str, "Keep or revert a step the judge cannot decide on.", choices=("keep", "revert")),
+        "noise_memory_hours": Key(float, "switchback: a keep's harm bound may borrow the host's block-to-block noise "
+                                         "that an apply (or watch) measured on the same target this many hours ago at "
+                                         "most, in the same boot (<state-dir>/noise.json); 0: each apply learns it "
+                                         "afresh.", minimum=0, maximum=24 * 365),
     },
 )
 
@@ -93,6 +97,7 @@ class VerifySettings:
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     run_seconds: float = RUN_SECONDS  # the arms change in runs of blocks at least this long (0: every block)
     on_inconclusive: str = "keep"
+    noise_memory_hours: float = 24.0  # a first step borrows the host's noise an apply learned this long ago at most (0: never)
 
     @classmethod
     def from_table(cls, table: dict | None) -> "VerifySettings":
