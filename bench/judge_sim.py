@@ -134,8 +134,9 @@ class Effect:
     - ``scale``: every wait times this (2.0: a broad 2x regression);
     - ``lengthened``: (share, factor): that share of waits, picked at random, times factor;
     - ``spins``: (ms, every_s): a SCHED_FIFO helper on the target's CPU spins ms every every_s
-      seconds, and each of the default canary's four threads waits out one spin: four waits of
-      85-100% of the spin per spin (the lab's rare-stall scenario);
+      seconds, and each of the canary's threads (CANARY_THREADS, `--canary-threads`) waits out one
+      spin: that many waits of 85-100% of the spin per spin (the lab's rare-stall scenario), however
+      often each thread wakes;
     - ``stalls``: that share of waits lasts 300 ms (an RT budget cut).
     """
 
@@ -153,7 +154,7 @@ class Effect:
         if self.spins and len(values):
             ms, every = self.spins
             spins = int(np.floor((start + seconds) / every) - np.floor(start / every))  # spin times in the window
-            waits = 4 * spins
+            waits = CANARY_THREADS * spins
             if waits:
                 chosen = rng.choice(len(values), min(waits, len(values)), replace=False)
                 values[chosen] = rng.uniform(0.85 * ms * 1e6, ms * 1e6, len(chosen)).astype(np.int64)
@@ -163,6 +164,7 @@ class Effect:
 
 
 NO_EFFECT = Effect()
+CANARY_THREADS = 4  # the canary's threads, each waiting out a helper's spin once
 
 
 class SyntheticSource:
@@ -331,8 +333,9 @@ class Case:
     switching: float = 1.0  # every wait of a block measured just after a change times this (SWITCHING_COST)
 
 
-def cases(rates: list[int], recordings: list[str]) -> list[Case]:
-    """The rows: the earlier ones at every rate, the rare stalls at 8,000 events a second, and the recordings."""
+def cases(rates: list[int], recordings: list[str], stall_rate: int = 8000) -> list[Case]:
+    """The rows: the earlier ones at every rate, the rare stalls, a noisy host, stall episodes and a
+    switching cost at ``stall_rate`` events a second, and the recordings."""
     rows = []
     for rate in rates:
         rows += [Case("A/A bursty", NO_EFFECT, rate=rate), Case("A/A bursty, linear drift", NO_EFFECT, "linear", rate=rate),
@@ -348,28 +351,30 @@ def cases(rates: list[int], recordings: list[str]) -> list[Case]:
         where = "bursty" if drift == "none" else "bursty, exp. drift"
         for share in (0.0005, 0.001, 0.002, 0.005):
             for factor in (10, 50) if share != 0.001 else (10, 20, 50):
-                rows.append(Case(f"{share:.2%} of waits x{factor}, {where}", Effect(lengthened=(share, factor)), drift))
+                rows.append(Case(f"{share:.2%} of waits x{factor}, {where}", Effect(lengthened=(share, factor)), drift,
+                                  rate=stall_rate))
         for spin, every in ((5, 0.5), (3, 1.0)):
-            rows.append(Case(f"helper spins {spin} ms every {every:g} s, {where}", Effect(spins=(spin, every)), drift))
+            rows.append(Case(f"helper spins {spin} ms every {every:g} s, {where}", Effect(spins=(spin, every)), drift,
+                              rate=stall_rate))
     noisy = "a noisy host, bursty"
-    rows += [Case(f"A/A, {noisy}", NO_EFFECT, noisy_host=True),
-             Case(f"1.5x regression, {noisy}", Effect(scale=1.5), noisy_host=True),
-             Case(f"helper spins 5 ms every 0.5 s, {noisy}", Effect(spins=(5, 0.5)), noisy_host=True),
-             Case(f"helper spins 3 ms every 1 s, {noisy}", Effect(spins=(3, 1.0)), noisy_host=True),
-             Case(f"five harmless steps, {noisy}", NO_EFFECT, steps=5, noisy_host=True)]
+    rows += [Case(f"A/A, {noisy}", NO_EFFECT, noisy_host=True, rate=stall_rate),
+             Case(f"1.5x regression, {noisy}", Effect(scale=1.5), noisy_host=True, rate=stall_rate),
+             Case(f"helper spins 5 ms every 0.5 s, {noisy}", Effect(spins=(5, 0.5)), noisy_host=True, rate=stall_rate),
+             Case(f"helper spins 3 ms every 1 s, {noisy}", Effect(spins=(3, 1.0)), noisy_host=True, rate=stall_rate),
+             Case(f"five harmless steps, {noisy}", NO_EFFECT, steps=5, noisy_host=True, rate=stall_rate)]
     episodes = "stall episodes, bursty"
-    rows += [Case(f"A/A, {episodes}", NO_EFFECT, episodes=True),
-             Case(f"2x regression, {episodes}", Effect(scale=2.0), episodes=True),
-             Case(f"helper spins 5 ms every 0.5 s, {episodes}", Effect(spins=(5, 0.5)), episodes=True),
-             Case(f"helper spins 3 ms every 1 s, {episodes}", Effect(spins=(3, 1.0)), episodes=True),
-             Case(f"five harmless steps, {episodes}", NO_EFFECT, steps=5, episodes=True)]
+    rows += [Case(f"A/A, {episodes}", NO_EFFECT, episodes=True, rate=stall_rate),
+             Case(f"2x regression, {episodes}", Effect(scale=2.0), episodes=True, rate=stall_rate),
+             Case(f"helper spins 5 ms every 0.5 s, {episodes}", Effect(spins=(5, 0.5)), episodes=True, rate=stall_rate),
+             Case(f"helper spins 3 ms every 1 s, {episodes}", Effect(spins=(3, 1.0)), episodes=True, rate=stall_rate),
+             Case(f"five harmless steps, {episodes}", NO_EFFECT, steps=5, episodes=True, rate=stall_rate)]
     cost = f"switching cost x{SWITCHING_COST:g}, bursty"
-    rows += [Case(f"A/A, {cost}", NO_EFFECT, switching=SWITCHING_COST),
-             Case(f"2x regression, {cost}", Effect(scale=2.0), switching=SWITCHING_COST),
-             Case(f"1.2x (at the tolerance), {cost}", Effect(scale=1.2), switching=SWITCHING_COST),
-             Case(f"helper spins 5 ms every 0.5 s, {cost}", Effect(spins=(5, 0.5)), switching=SWITCHING_COST),
-             Case(f"helper spins 3 ms every 1 s, {cost}", Effect(spins=(3, 1.0)), switching=SWITCHING_COST),
-             Case(f"five harmless steps, {cost}", NO_EFFECT, steps=5, switching=SWITCHING_COST)]
+    rows += [Case(f"A/A, {cost}", NO_EFFECT, switching=SWITCHING_COST, rate=stall_rate),
+             Case(f"2x regression, {cost}", Effect(scale=2.0), switching=SWITCHING_COST, rate=stall_rate),
+             Case(f"1.2x (at the tolerance), {cost}", Effect(scale=1.2), switching=SWITCHING_COST, rate=stall_rate),
+             Case(f"helper spins 5 ms every 0.5 s, {cost}", Effect(spins=(5, 0.5)), switching=SWITCHING_COST, rate=stall_rate),
+             Case(f"helper spins 3 ms every 1 s, {cost}", Effect(spins=(3, 1.0)), switching=SWITCHING_COST, rate=stall_rate),
+             Case(f"five harmless steps, {cost}", NO_EFFECT, steps=5, switching=SWITCHING_COST, rate=stall_rate)]
     for path in recordings:
         name = path.rsplit("/", 1)[-1]
         rows += [Case(f"A/A, {name}", NO_EFFECT, recording=path), Case(f"2x regression, {name}", Effect(scale=2.0),
@@ -421,6 +426,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rate", type=int, nargs="+", default=[1000, 8000], help="events per second")
+    parser.add_argument("--canary-threads", type=int, default=4,
+                        help="waits a helper's spin lengthens (one per canary thread; 8 for 500 us x 8 threads)")
+    parser.add_argument("--stall-rate", type=int, default=8000,
+                        help="events per second of the rare-stall, noisy-host, episode and switching-cost rows")
     parser.add_argument("--window-seconds", type=float, default=DEFAULT_VERIFY.window_seconds)
     parser.add_argument("--block-windows", type=int, default=DEFAULT_VERIFY.block_windows, help="(explore)")
     parser.add_argument("--max-blocks", type=int, default=DEFAULT_VERIFY.max_blocks, help="(explore)")
@@ -440,7 +449,8 @@ def main() -> None:
                                                            "bench/data/canary8k_today.npz"],
                         help="recordings of bench/record_windows.py, replayed at --window-seconds")
     args = parser.parse_args()
-    global VERIFY, SWITCHBACK
+    global VERIFY, SWITCHBACK, CANARY_THREADS
+    CANARY_THREADS = args.canary_threads
     VERIFY = dataclasses.replace(DEFAULT_VERIFY, block_windows=args.block_windows, max_blocks=args.max_blocks,
                                  settle_seconds=args.settle, run_seconds=args.run_seconds)
     SWITCHBACK = dataclasses.replace(VERIFY.switchback_settings(), confidence=args.confidence)
@@ -451,7 +461,7 @@ def main() -> None:
     recordings = [p for p in args.recorded if load_recorded(p) is not None]
     for path in sorted(set(args.recorded) - set(recordings)):
         print(f"({path} not found: record it with bench/record_windows.py)")
-    rows = [c for c in cases(args.rate, recordings) if not args.only or any(text in c.label for text in args.only)]
+    rows = [c for c in cases(args.rate, recordings, args.stall_rate) if not args.only or any(text in c.label for text in args.only)]
     jobs = [(case, design, args.trials, args.seed, args.window_seconds) for design in args.design for case in rows]
     print(f"{args.trials} trials per case; windows of {args.window_seconds:g} s; \"p999\": the step's effect on the "
           "pooled p999, without noise")

@@ -66,12 +66,14 @@ def policy_of(pid: int) -> int:
 
 
 def run(state_dir: Path, target: str = "canary", spin_ms: float = 5.0, every_s: float = 0.5, cpu: int = 1,
-        show_effect: bool = False) -> Outcome:
+        show_effect: bool = False, canary: tuple[int, int] | None = None) -> Outcome:
     commands = [helper_command(spin_ms, every_s, cpu)] + ([workload_command(cpu)] if target == "workload" else [])
     with processes(commands) as (helper, *_):
         time.sleep(2 if target == "workload" else 0.5)  # past the workload's start-up
         effect = measure_effect(helper.pid, target, cpu, state_dir) if show_effect else None
-        text = PROFILE.format(target=TARGETS[target].format(cpu=cpu), pid=helper.pid)
+        table = TARGETS[target].format(cpu=cpu) + (
+            f"\ncanary_period_us = {canary[0]}\ncanary_threads = {canary[1]}" if canary and target == "canary" else "")
+        text = PROFILE.format(target=table, pid=helper.pid)
         report, seconds = apply_profile(text, state_dir, lab_plugin=True)
         policy_after_apply = policy_of(helper.pid)  # a reverted step put SCHED_IDLE back
         rollback(state_dir)
@@ -107,12 +109,15 @@ def main() -> None:
     parser.add_argument("--cpu", type=int, default=1)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--show-effect", action="store_true")
+    parser.add_argument("--canary", metavar="PERIODxTHREADS", help="the canary's wake period (us) and threads, "
+                        "e.g. 500x8 (default: the canary's defaults)")
     args = parser.parse_args()
+    canary = tuple(int(part) for part in args.canary.split("x")) if args.canary else None
     print(HEADER, flush=True)
     decisions, seconds = [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
-            result = run(Path(state), args.target, args.spin_ms, args.every_s, args.cpu, args.show_effect)
+            result = run(Path(state), args.target, args.spin_ms, args.every_s, args.cpu, args.show_effect, canary)
         decisions.append(result.decision)
         seconds.append(result.seconds)
         print(result.row(), flush=True)
