@@ -18,21 +18,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import apply_profile, rollback  # noqa: E402
-
-SWAPPINESS = Path("/proc/sys/vm/swappiness")
-PROFILE = """\
-[profile]
-name = "lab-canary-rate"
-
-[target]
-canary = true
-canary_period_us = {period}
-canary_threads = {threads}
-
-[sysctl]
-"vm.swappiness" = {value}
-"""
+from harmless_step import apply_and_roll_back  # noqa: E402
+from lab import canary_shape  # noqa: E402
 
 
 def block_variance(step: dict) -> float:
@@ -42,14 +29,11 @@ def block_variance(step: dict) -> float:
     return statistics.variance(differences) / 2 if len(differences) >= 2 else math.nan
 
 
-def run(period: int, threads: int) -> tuple[str, float, float]:
-    original = SWAPPINESS.read_text().strip()
-    value = int(original) + 1 if int(original) < 200 else int(original) - 1
+def run(canary: str) -> tuple[str, float, float]:
     with tempfile.TemporaryDirectory() as state:
-        report, _ = apply_profile(PROFILE.format(period=period, threads=threads, value=value), Path(state))
-        rollback(Path(state))
-    if SWAPPINESS.read_text().strip() != original:
-        raise SystemExit(f"vm.swappiness not restored: {SWAPPINESS.read_text().strip()} (was {original})")
+        report, _, restored = apply_and_roll_back(Path(state), canary)
+    if not restored:
+        raise SystemExit("vm.swappiness not restored")
     step = report["steps"][-1]
     return step["outcome"], (step.get("verdict") or {}).get("seconds") or math.nan, block_variance(step)
 
@@ -59,16 +43,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--canaries", nargs="+", default=["500x4", "250x4", "500x8"], metavar="PERIODxTHREADS")
     args = parser.parse_args()
-    canaries = [tuple(int(part) for part in text.split("x")) for text in args.canaries]
-    results: dict[tuple, list[tuple[str, float, float]]] = {canary: [] for canary in canaries}
+    try:  # a malformed one is an error before the first apply
+        shapes = {name: canary_shape(name) for name in args.canaries}
+    except argparse.ArgumentTypeError as error:
+        parser.error(str(error))
+    results: dict[str, list[tuple[str, float, float]]] = {name: [] for name in shapes}
     for _ in range(args.rounds):
-        for period, threads in canaries:
-            outcome, seconds, variance = run(period, threads)
-            results[(period, threads)].append((outcome, seconds, variance))
-            print(f"{period:5d} us x{threads}  {outcome:12s} {seconds:5.1f} s  block variance {variance:.3f}",
-                  flush=True)
-    for (period, threads), rows in results.items():
-        print(f"{period} us x{threads}: kept {sum(o == 'kept' for o, _, _ in rows)} of {len(rows)}; median "
+        for name, shape in shapes.items():
+            outcome, seconds, variance = run(shape)
+            results[name].append((outcome, seconds, variance))
+            print(f"{name:>8}  {outcome:12s} {seconds:5.1f} s  block variance {variance:.3f}", flush=True)
+    for name, rows in results.items():
+        print(f"{name}: kept {sum(o == 'kept' for o, _, _ in rows)} of {len(rows)}; median "
               f"{statistics.median(s for _, s, _ in rows):.1f} s of measuring, block variance "
               f"{statistics.median(v for _, _, v in rows):.3f}")
 

@@ -21,18 +21,25 @@ name = "lab-harmless"
 
 [target]
 canary = true
+{canary}
 
 [sysctl]
 "vm.swappiness" = {value}
 """
 
 
-def run(state_dir: Path) -> Outcome:
+def apply_and_roll_back(state_dir: Path, canary: str = "") -> tuple[dict, float, bool]:
+    """The step applied and rolled back (``canary``: more [target] keys): the report, the apply's
+    seconds, and whether vm.swappiness is back."""
     original = SWAPPINESS.read_text().strip()
     value = str(int(original) + 1 if int(original) < 200 else int(original) - 1)
-    report, seconds = apply_profile(PROFILE.format(value=value), state_dir)
+    report, seconds = apply_profile(PROFILE.format(canary=canary, value=value), state_dir)
     rollback(state_dir)
-    return outcome_of("harmless step", report, seconds, SWAPPINESS.read_text().strip() == original)
+    return report, seconds, SWAPPINESS.read_text().strip() == original
+
+
+def run(state_dir: Path) -> Outcome:
+    return outcome_of("harmless step", *apply_and_roll_back(state_dir))
 
 
 if __name__ == "__main__":

@@ -146,6 +146,15 @@ def duty_command(busy_ms: float, period_ms: float) -> list[str]:
 LAB_PLUGIN = HERE / "lab_plugin"  # the lab's own third-party plugin ([lab_stall]), with its dist-info
 
 
+def canary_shape(text: str) -> str:
+    """``PERIODxTHREADS`` (e.g. ``500x8``, for argparse): the [target] keys of such a canary."""
+    import argparse
+    period, _, threads = text.partition("x")
+    if not (period.isdigit() and threads.isdigit() and int(period) > 0 and int(threads) > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected PERIODxTHREADS, e.g. 500x8")
+    return f"canary_period_us = {int(period)}\ncanary_threads = {int(threads)}"
+
+
 def apply_profile(text: str, state_dir: Path, timeout: float = 600, lab_plugin: bool = False) -> tuple[dict, float]:
     """Run `tuned-rl apply --json` on a profile; returns the report and the seconds it took.
 

@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import HEADER, Outcome, apply_profile, outcome_of, processes, rollback, tuned_rl_json  # noqa: E402
+from lab import (HEADER, Outcome, apply_profile, canary_shape, outcome_of, processes, rollback,  # noqa: E402
+                 tuned_rl_json)
 from workload import MARKER  # noqa: E402
 
 HELPER = Path(__file__).parent / "stall_helper.py"
@@ -66,13 +67,12 @@ def policy_of(pid: int) -> int:
 
 
 def run(state_dir: Path, target: str = "canary", spin_ms: float = 5.0, every_s: float = 0.5, cpu: int = 1,
-        show_effect: bool = False, canary: tuple[int, int] | None = None) -> Outcome:
+        show_effect: bool = False, canary: str = "") -> Outcome:
     commands = [helper_command(spin_ms, every_s, cpu)] + ([workload_command(cpu)] if target == "workload" else [])
     with processes(commands) as (helper, *_):
         time.sleep(2 if target == "workload" else 0.5)  # past the workload's start-up
         effect = measure_effect(helper.pid, target, cpu, state_dir) if show_effect else None
-        table = TARGETS[target].format(cpu=cpu) + (
-            f"\ncanary_period_us = {canary[0]}\ncanary_threads = {canary[1]}" if canary and target == "canary" else "")
+        table = TARGETS[target].format(cpu=cpu) + (f"\n{canary}" if canary and target == "canary" else "")
         text = PROFILE.format(target=table, pid=helper.pid)
         report, seconds = apply_profile(text, state_dir, lab_plugin=True)
         policy_after_apply = policy_of(helper.pid)  # a reverted step put SCHED_IDLE back
@@ -109,15 +109,15 @@ def main() -> None:
     parser.add_argument("--cpu", type=int, default=1)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--show-effect", action="store_true")
-    parser.add_argument("--canary", metavar="PERIODxTHREADS", help="the canary's wake period (us) and threads, "
+    parser.add_argument("--canary", type=canary_shape, default="", metavar="PERIODxTHREADS", help="the canary's wake period (us) and threads, "
                         "e.g. 500x8 (default: the canary's defaults)")
     args = parser.parse_args()
-    canary = tuple(int(part) for part in args.canary.split("x")) if args.canary else None
     print(HEADER, flush=True)
     decisions, seconds = [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
-            result = run(Path(state), args.target, args.spin_ms, args.every_s, args.cpu, args.show_effect, canary)
+            result = run(Path(state), args.target, args.spin_ms, args.every_s, args.cpu, args.show_effect,
+                         args.canary)
         decisions.append(result.decision)
         seconds.append(result.seconds)
         print(result.row(), flush=True)
