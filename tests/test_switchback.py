@@ -416,12 +416,12 @@ def test_a_block_just_after_a_change_reads_worse_in_either_arm_and_the_fit_takes
 
 
 def test_the_change_term_costs_no_freedom_the_schedule_does_not_count_and_is_dropped_when_it_cannot_be_fitted():
-    from tuned_rl.measure.switchback import CHANGE_TERM_FROM, own_df_at
+    from tuned_rl.measure.switchback import CHANGE_TERM_FROM, QUADRATIC_FROM, own_df_at
     assert own_df_at(CHANGE_TERM_FROM - 2) == CHANGE_TERM_FROM - 1 - 2 - 1  # before it: intercept, effect, a line
     assert own_df_at(CHANGE_TERM_FROM - 1) == CHANGE_TERM_FROM - 2 - 1 - 1  # from it: and the term
     # Every block after a change but one (ABAB...): too few of the other kind, the term is left out
     # and its degree of freedom goes to the fit, which still decides.
-    arms = [False, False] + [bool(i % 2 == 0) for i in range(10)]
+    arms = [False, False] + [bool(i % 2 == 0) for i in range(QUADRATIC_FROM - 2)]
     rng = np.random.default_rng(5)
     windows = [Window(heavy_tail(rng, 4000), arm, block * 0.75, block) for block, arm in enumerate(arms)]
     fit = gather(windows, len(arms) - 1, SETTINGS).tail
