@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--cpu", type=int, default=1)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--show-effect", action="store_true")
-    parser.add_argument("--canary", type=canary_shape, default="", metavar="PERIODxTHREADS", help="the canary's wake period (us) and threads, "
+    parser.add_argument("--canary", type=canary_shape, default=None, metavar="PERIODxTHREADS", help="the canary's wake period (us) and threads, "
                         "e.g. 500x8 (default: the canary's defaults)")
     args = parser.parse_args()
     print(HEADER, flush=True)
@@ -117,7 +117,7 @@ def main() -> None:
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
             result = run(Path(state), args.target, args.spin_ms, args.every_s, args.cpu, args.show_effect,
-                         args.canary)
+                         args.canary or "")  # no --canary: the canary's defaults
         decisions.append(result.decision)
         seconds.append(result.seconds)
         print(result.row(), flush=True)

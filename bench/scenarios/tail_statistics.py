@@ -52,7 +52,8 @@ STATISTICS = {"judge's (0.1%)": lambda values: window_tail(values, tail_share_of
 
 
 def shape_of(text: str) -> tuple[int, int]:
-    canary_shape(text)  # a clear error for bad input
+    """``PERIODxTHREADS`` as (period, threads), for argparse (lab.canary_shape says what is wrong)."""
+    canary_shape(text)
     period, _, threads = text.partition("x")
     return int(period), int(threads)
 
@@ -75,9 +76,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--blocks", type=int, default=40)
     parser.add_argument("--cpu", type=int, default=1)
-    parser.add_argument("--canaries", nargs="+", default=["500x4", "250x4"], metavar="PERIODxTHREADS")
+    parser.add_argument("--canaries", nargs="+", type=shape_of, default=[(500, 4), (250, 4)], metavar="PERIODxTHREADS")
     args = parser.parse_args()
-    shapes = [shape_of(text) for text in args.canaries]
+    shapes = args.canaries
     series: dict[tuple[int, int, str], list[dict[str, list[float]]]] = {}
     with processes([helper_command(args.spin_ms, args.every_s, args.cpu)]) as (helper,):
         time.sleep(0.5)
