@@ -82,21 +82,18 @@ def main() -> None:
     series: dict[tuple[int, int, str], list[dict[str, list[float]]]] = {}
     with processes([helper_command(args.spin_ms, args.every_s, args.cpu)]) as (helper,):
         time.sleep(0.5)
-        try:
-            for round_ in range(args.rounds):
-                for period_us, threads in shapes:
-                    for policy in ("idle", "fifo"):
-                        os.sched_setscheduler(helper.pid, os.SCHED_FIFO if policy == "fifo" else os.SCHED_IDLE,
-                                              os.sched_param(10 if policy == "fifo" else 0))
-                        try:
-                            blocks = measure(period_us, threads, args.cpu, args.blocks)
-                        finally:
-                            os.sched_setscheduler(helper.pid, os.SCHED_IDLE, os.sched_param(0))
-                        series.setdefault((period_us, threads, policy), []).append(blocks)
-                        print(f"round {round_ + 1}: {period_us} us x {threads}, helper {policy}: "
-                              + ", ".join(f"{name} {statistics.mean(v):.2f}" for name, v in blocks.items()), flush=True)
-        finally:
-            os.sched_setscheduler(helper.pid, os.SCHED_IDLE, os.sched_param(0))
+        for round_ in range(args.rounds):
+            for period_us, threads in shapes:
+                for policy in ("idle", "fifo"):
+                    os.sched_setscheduler(helper.pid, os.SCHED_FIFO if policy == "fifo" else os.SCHED_IDLE,
+                                          os.sched_param(10 if policy == "fifo" else 0))
+                    try:
+                        blocks = measure(period_us, threads, args.cpu, args.blocks)
+                    finally:
+                        os.sched_setscheduler(helper.pid, os.SCHED_IDLE, os.sched_param(0))
+                    series.setdefault((period_us, threads, policy), []).append(blocks)
+                    print(f"round {round_ + 1}: {period_us} us x {threads}, helper {policy}: "
+                          + ", ".join(f"{name} {statistics.mean(v):.2f}" for name, v in blocks.items()), flush=True)
     print(f"\nhelper spinning {args.spin_ms:g} ms every {args.every_s:g} s, {args.rounds} rounds of {args.blocks} "
           f"blocks of {BLOCK_SECONDS} s per shape and policy")
     print(f"{'canary':10} {'statistic':16} {'noise':>6} {'signal':>14} {'blocks':>7}")
