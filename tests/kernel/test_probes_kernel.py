@@ -27,16 +27,20 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or BpfProbe.obstacles(Host(), 
 PINNED = CanarySpec(period_us=1000, cpus="0")
 
 
-def test_hogs_on_the_canarys_cpu_raise_its_slowest_1_percent_at_least_3x_and_its_p999():
+def test_hogs_on_the_canarys_cpu_raise_its_slowest_1_percent_at_least_3x_and_its_p999_past_half_a_ms():
     # Quiet and loaded windows alternate (the hogs are stopped and continued), and each arm is
     # the median of its windows' figure: a moment in which the VM's host takes the CPU raises one
     # window, not the verdict (one quiet-then-loaded pair once read a quiet p999 of 1.46 ms).
     # On a busy shared machine half the quiet windows can read a p999 near 1 ms (a fresh clone's
     # CI run: quiet 958 us, loaded 2,802 us), while the hogs put ~1% of the waits behind a slice
     # (0.5-1.2% of a window's over 200 us here): the mean of each window's slowest 1% carries the
-    # 3x claim (16-36 us quiet, 920-960 us loaded in four runs), p999 must not fall. Not the p99:
-    # it falls on one side of that share or the other, 15.6 or 933.9 us from one window to the
-    # next, and one run's median of six loaded windows read 21.5 us against a quiet 9.75.
+    # 3x claim (16-36 us quiet, 920-960 us loaded in four runs). Not the p99: it falls on one side
+    # of that share or the other, 15.6 or 933.9 us from one window to the next, and one run's
+    # median of six loaded windows read 21.5 us against a quiet 9.75. The p999 under the hogs is a
+    # wait behind a hog's slice, at least half a millisecond (0.97-3.87 ms in three runs here), but
+    # it is not compared with the quiet p999: on a busy VM host an idle vCPU wakes late, one that
+    # is kept busy does not, and a fresh clone's CI read a quiet p999 of 1,278 us against a loaded
+    # 1,057 (slowest 1% 323 against 1,002 us: the 3x claim held).
     host = Host()
     arms = {"quiet": [], "loaded": []}
     with Hogs(3, "0") as hogs, Canary(PINNED, host) as canary:
@@ -59,7 +63,7 @@ def test_hogs_on_the_canarys_cpu_raise_its_slowest_1_percent_at_least_3x_and_its
     print("slowest 1% (ns)", slowest, "p999 (us)", p999, counts)
     assert counts["quiet"] > 3000 and counts["loaded"] > 1000 and lost == 0
     assert slowest["loaded"] >= 3 * slowest["quiet"]
-    assert p999["loaded"] >= p999["quiet"]
+    assert p999["loaded"] >= 500
 
 
 def on_one_canary_run(make_probes, seconds: float = 4, settle: float = 0.2, report_schedstat: bool = False):
