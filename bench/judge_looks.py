@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import math
 import sys
 from pathlib import Path
 
@@ -27,19 +26,9 @@ from tuned_rl.measure.switchback import NO_PRIOR  # noqa: E402
 
 
 def obstacle(windows, blocks: int, settings, prior) -> str:
-    """What kept the harm bound from keeping at this look (the rules of ``switchback.harmless``)."""
-    e = switchback.gather(windows, blocks, settings, prior)
-    level = settings.keep_level(blocks, e.prior_df)
-    if level <= 0 or e.keep_tail is None or e.keep_broad is None \
-            or min(e.keep_tail.df, e.keep_broad.df) < settings.min_df:
-        return "no keep look"
-    if switchback._run_sign(e) is not None:
-        return "run sign"
-    over = [name for name, fit, harm in (("tail", e.keep_tail, settings.harm), ("broad", e.keep_broad, settings.broad_harm))
-            if fit.bound(1 - level) >= math.log(harm)]
-    if over:
-        return "+".join(over)
-    return "sign" if min(e.tail.p_beyond(e.tolerance), e.broad.p_beyond(e.tolerance)) <= settings.sign_p else "other"
+    """What kept the harm bound from keeping at this look (``switchback.keep_held_back``); "other"
+    where nothing in the keep's rules did (a rule before it decided nothing, and it keeps not)."""
+    return switchback.keep_held_back(switchback.gather(windows, blocks, settings, prior)) or "other"
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ import pytest
 
 from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION
 from tuned_rl.measure.switchback import (NO_PRIOR, Fit, NoisePrior, SwitchbackSettings, Window, arm_order, gather,
-                                         look, randomization_p, run_blocks_for, why_not_reverted)
+                                         harmless, keep_held_back, look, randomization_p, run_blocks_for,
+                                         why_not_reverted)
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 from judge_sim import Effect, SyntheticSource, heavy_tail, run_case  # noqa: E402  the bench's noise models
@@ -327,9 +328,8 @@ def test_rare_stalls_a_noisy_host_dilutes_are_never_called_harmless():
         evidence, tail=Fit(np.log(1.7), 0.06, 10, 0.0, 0.01, 10, 0.36),
         keep_tail=Fit(np.log(1.7), 0.06, 10, 0.0, 0.01, 10, 0.36), broad=Fit(0.0, 0.05, 10, 0.0, 0.01, 10, 0.25),
         keep_broad=Fit(0.0, 0.05, 10, 0.0, 0.01, 10, 0.25))
-    from tuned_rl.measure.switchback import harmless
     assert sure_of_1_7x.keep_tail.bound(1 - SETTINGS.keep_level(12, 0)) < math.log(3)  # the bound alone: keep
-    assert harmless(sure_of_1_7x) is None
+    assert harmless(sure_of_1_7x) is None and keep_held_back(sure_of_1_7x) == "sign"
     spins, trials = Effect(spins=(5, 0.5)), 60
     rng = np.random.default_rng(7)
     regressions, _, _ = run_case(
@@ -354,6 +354,21 @@ def test_an_inconclusive_verdict_names_the_slowest_5_percent_when_that_is_what_k
     verdict, _ = decide(lambda b: blocks_of(1.0, b, seed=4, before=broad_worse), settings)
     assert verdict.outcome == INCONCLUSIVE, verdict.reason
     assert "the slowest 5% is x" in verdict.reason and "cannot be ruled out" in verdict.reason, verdict.reason
+    assert keep_held_back(gather(blocks_of(1.0, 12, seed=4, before=broad_worse), 12, settings)) == "broad"
+
+
+def test_what_held_a_keep_back_is_named_exactly_when_harmless_does_not_keep():
+    # bench/judge_looks.py counts what held each undecided look back; it must name something exactly
+    # where the keep's own rule declined, over steps that keep, revert and wait.
+    seen = set()
+    for scale in (1.0, 1.3, 2.0, 3.0):
+        for seed in range(4):
+            for blocks in (4, 6, 8, 12, 24):
+                e = gather(blocks_of(scale, blocks, seed=seed), blocks, SETTINGS)
+                held = keep_held_back(e)
+                assert (harmless(e) is None) == (held is not None), (scale, seed, blocks, held)
+                seen.add(held)
+    assert {None, "no keep look", "tail"} <= seen, seen
 
 
 def _idle_or_shared(seed: int):

@@ -615,31 +615,48 @@ def broad_regression(e: Evidence) -> Look | None:
     return _regression(e, e.broad, "broad", "broad regression")
 
 
-def harmless(e: Evidence) -> Look | None:
-    """Harm ruled out: the upper bound, at this look's spent level, of the metric's tail below
-    ``harm`` and of the slowest 5% below ``broad_harm``; or the metric's tail bounded within the
-    tolerance, whatever the slowest 5% does (FIFO removal under an RT budget trades shorter rare
-    waits for more middling ones: p999 378 to 18 ms, p99 0.04 to 8 ms; the metric decides)."""
+def keep_held_back(e: Evidence) -> str | None:
+    """What holds a keep back at this look, or None when ``harmless`` keeps: "no keep look" (no
+    level spent here, or a bound on fewer than ``min_df`` degrees of freedom), "run sign" (the tail
+    over runs worse beyond the tolerance), "tail" or "broad" or "tail+broad" (an upper bound at or
+    over its named harm), "sign" (a sign of harm inside the bounds). The order is the keep's."""
     s = e.settings
     level = s.keep_level(e.blocks, e.prior_df)
     tail, broad = e.keep_tail, e.keep_broad
     if level <= 0 or tail is None or broad is None or tail.df < s.min_df or broad.df < s.min_df:
-        return None
+        return "no keep look"
     if _run_sign(e) is not None:
-        return None  # the tail over runs is worse beyond the tolerance: measure on
+        return "run sign"  # the tail over runs is worse beyond the tolerance: measure on
+    if tail.bound(1 - level) < e.tolerance:
+        return None  # bounded within the tolerance, whatever the slowest 5% does
+    over = [name for name, fit, harm in (("tail", tail, s.harm), ("broad", broad, s.broad_harm))
+            if fit.bound(1 - level) >= math.log(harm)]
+    if over:
+        return "+".join(over)
+    if min(e.tail.p_beyond(e.tolerance), e.broad.p_beyond(e.tolerance)) <= s.sign_p:
+        return "sign"  # a sign of harm inside the bound: measure on, to a regression or the last look
+    return None
+
+
+def harmless(e: Evidence) -> Look | None:
+    """Harm ruled out: the upper bound, at this look's spent level, of the metric's tail below
+    ``harm`` and of the slowest 5% below ``broad_harm``; or the metric's tail bounded within the
+    tolerance, whatever the slowest 5% does (FIFO removal under an RT budget trades shorter rare
+    waits for more middling ones: p999 378 to 18 ms, p99 0.04 to 8 ms; the metric decides).
+    ``keep_held_back`` says which of these checks held a keep back."""
+    if keep_held_back(e) is not None:
+        return None
+    s = e.settings
+    level = s.keep_level(e.blocks, e.prior_df)
+    tail = e.keep_tail
     upper = tail.bound(1 - level)
     if upper < e.tolerance:
         return _decided(e, NO_REGRESSION, "tail bounded", tail, upper, 1 - level,
                         f"at most {_times(upper)}, within the {s.tolerance:.0%} tolerance{_broad_worse(e)}",
                         harm=s.harm)
-    broad_upper = broad.bound(1 - level)
-    if upper >= math.log(s.harm) or broad_upper >= math.log(s.broad_harm):
-        return None
-    if min(e.tail.p_beyond(e.tolerance), e.broad.p_beyond(e.tolerance)) <= s.sign_p:
-        return None  # a sign of harm inside the bound: measure on, to a regression or the last look
     return _decided(e, NO_REGRESSION, "harm ruled out", tail, upper, 1 - level,
                     f"worse than x{s.harm:g} ruled out (at most {_times(upper)}; the slowest 5% at most "
-                    f"{_times(broad_upper)}, under x{s.broad_harm:g})", harm=s.harm)
+                    f"{_times(e.keep_broad.bound(1 - level))}, under x{s.broad_harm:g})", harm=s.harm)
 
 
 def undecided(e: Evidence) -> Look | None:
