@@ -191,14 +191,19 @@ def test_a_noisy_neighbour_is_moved_away_kept_and_put_back(variant, tmp_path):
         # CI-like noise 0.9-1.1x of about 1.9 ms).
         return near_floor(result.after_p999_us, result.quiet_p999_us, 1.5)
 
-    # A second run decides before a moment of the VM's host fails the test.
+    # A second run decides before a moment of the VM's host fails the test. For "evict-isolate" the
+    # judged step, eviction after isolation, changes little for the workload, already alone on its
+    # CPU (here x0.92-1.42, kept in 2.5-6.5 s of measuring, 5 of 5): the judge may end such a step
+    # inconclusive on a noisy host (at most 5% of harmless steps; a fresh CI machine: 47 s of
+    # measuring, "x2.21"), never reverted. A revert fails at once; an inconclusive run is run again.
     for attempt in range(2):
         result = noisy_neighbour.run(tmp_path / str(attempt), variant)
         print(noisy_neighbour.row(result))
-        assert result.decision == "kept", result.report
         assert result.host_restored, result.differences
-        if meets_bar(result):
+        assert result.decision in ("kept", "inconclusive"), result.report
+        if result.decision == "kept" and meets_bar(result):
             return
+    assert result.decision == "kept", result.report
     assert meets_bar(result)
 
 
