@@ -60,8 +60,7 @@ def main() -> None:
     judge_sim.look = logged_look
     rng, seconds = np.random.default_rng(args.seed), []
     for _ in range(args.trials):
-        source = judge_sim.SyntheticSource(rng, case.rate, case.drift, case.effect, judge_sim.VERIFY.window_seconds,
-                                           noisy_host=case.noisy_host, episodes=case.episodes)
+        source = judge_sim.synthetic_source(case, rng, judge_sim.VERIFY.window_seconds)
         _, measured, _, _ = judge_sim.switchback_step(source, judge_sim.SWITCHBACK, None, NO_PRIOR, case.switching)
         seconds.append(measured)
     print(f"{case.label}: {args.trials} trials, seed {args.seed}, median {np.median(seconds):.1f} s of measuring")

@@ -333,6 +333,12 @@ class Case:
     switching: float = 1.0  # every wait of a block measured just after a change times this (SWITCHING_COST)
 
 
+def synthetic_source(case: Case, rng: np.random.Generator, window_seconds: float) -> "SyntheticSource":
+    """A step's blocks for a synthetic row: the case's rate, drift, effect and host noise."""
+    return SyntheticSource(rng, case.rate, case.drift, case.effect, window_seconds,
+                           noisy_host=case.noisy_host, episodes=case.episodes)
+
+
 def cases(rates: list[int], recordings: list[str], stall_rate: int = 8000) -> list[Case]:
     """The rows: the earlier ones at every rate, the rare stalls, a noisy host, stall episodes and a
     switching cost at ``stall_rate`` events a second, and the recordings."""
@@ -412,8 +418,7 @@ def run_row(job: "tuple[Case, str, int, int, float]") -> str:
         make = lambda trial: RecordedSource(recorded, trial * len(recorded) // trials, case.effect,  # noqa: E731
                                             recorded_seconds, merge, rng)
     else:
-        make = lambda trial: SyntheticSource(rng, case.rate, case.drift, case.effect, window_seconds,  # noqa: E731
-                                             noisy_host=case.noisy_host, episodes=case.episodes)
+        make = lambda trial: synthetic_source(case, rng, window_seconds)  # noqa: E731
     share, undecided, seconds = run_case(design, make, trials, case.steps, case.switching)
     rate = "rec" if case.recording else str(case.rate)
     ratio = "" if case.steps > 1 else f"x{p999_ratio(case, seed, loaded):.2f}"

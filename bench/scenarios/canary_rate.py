@@ -19,14 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from harmless_step import apply_and_roll_back  # noqa: E402
-from lab import canary_shape  # noqa: E402
+from lab import block_noise, canary_shape  # noqa: E402
 
 
 def block_variance(step: dict) -> float:
     """Half the variance of the differences of adjacent blocks' log tail: a block's own noise."""
-    logs = [math.log(block["tail_us"]) for block in step.get("blocks") or [] if block.get("tail_us")]
-    differences = [b - a for a, b in zip(logs, logs[1:])]
-    return statistics.variance(differences) / 2 if len(differences) >= 2 else math.nan
+    return block_noise([math.log(block["tail_us"]) for block in step.get("blocks") or [] if block.get("tail_us")])
 
 
 def run(canary: str) -> tuple[str, float, float]:

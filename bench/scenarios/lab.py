@@ -208,6 +208,13 @@ def snapshot(paths: list[Path]) -> dict[str, str]:
 FLOOR_SLACK_US = 50.0
 
 
+def block_noise(logs: list[float]) -> float:
+    """A block's own noise in a series of blocks' log statistics: half the variance of adjacent
+    blocks' differences (a drift, which moves neighbours alike, does not count); NaN under 3 blocks."""
+    differences = [b - a for a, b in zip(logs, logs[1:])]
+    return statistics.variance(differences) / 2 if len(differences) >= 2 else float("nan")
+
+
 def near_floor(value_us: float, floor_us: float, ratio: float) -> bool:
     """Whether a p999 is within ``ratio`` of a quiet floor measured in the same run, or within
     FLOOR_SLACK_US of it where the floor is a few tens of microseconds."""

@@ -26,10 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import canary_shape, processes  # noqa: E402
+from lab import block_noise, canary_shape, processes  # noqa: E402
 from rare_stalls import helper_command  # noqa: E402
 
 from tuned_rl.host import Host  # noqa: E402
@@ -66,7 +64,8 @@ def measure(period_us: int, threads: int, cpu: int, blocks: int) -> dict[str, li
 
 
 def noise(series: list[list[float]]) -> float:
-    return statistics.mean(float(np.var(np.diff(values))) / 2 for values in series)
+    """The block noise of each run's series (lab.block_noise), averaged over the runs."""
+    return statistics.mean(block_noise(list(values)) for values in series)
 
 
 def main() -> None:
