@@ -95,14 +95,23 @@ def test_diagnose_names_the_moving_threads_its_profile_pins_them_apply_keeps_it_
     assert all(n >= 50 for n in before.values()), before  # at least 5 a second each
     pins = tomllib.loads(written.read_text())["cpu_isolation"]["pin"]
     assert {"^stream\\-0$", "^stream\\-1$", "^stream\\-2$"} <= set(pins), pins
-    try:
-        code, out, err = run_cli("apply", written, "--json", root=None, state_dir=state_dir, timeout=600)
-        assert code in (0, 1), err
-        [step] = [s for s in json.loads(out)["steps"] if s["plugin"] == "cpu_isolation"]
-        assert step["outcome"] == "kept", step
-        after = migrations_in(pid, 2.0)
-        assert all(after[name] <= 2 for name in before), (before, after)  # pinned: they no longer move
-    finally:
-        code, _, err = run_cli("rollback", root=None, state_dir=state_dir, timeout=120)
-        assert code == 0, err
+    # Pinning threads that move between two CPUs changes little of the canary's tail either way: a
+    # near-harmless step, which the judge may leave inconclusive on a noisy host (at most 5% of the
+    # time), never reverted. A revert fails at once; an inconclusive first apply is rolled back and
+    # applied again, so the test fails on chance only after two inconclusive verdicts in a row.
+    for attempt in range(2):
+        try:
+            code, out, err = run_cli("apply", written, "--json", root=None, state_dir=state_dir, timeout=600)
+            assert code in (0, 1), err
+            [step] = [s for s in json.loads(out)["steps"] if s["plugin"] == "cpu_isolation"]
+            assert step["outcome"] in ("kept", "inconclusive"), step
+            if step["outcome"] == "inconclusive" and attempt == 0:
+                continue
+            assert step["outcome"] == "kept", step
+            after = migrations_in(pid, 2.0)
+            assert all(after[name] <= 2 for name in before), (before, after)  # pinned: they no longer move
+            break
+        finally:
+            code, _, err = run_cli("rollback", root=None, state_dir=state_dir, timeout=120)
+            assert code == 0, err
     assert not Path("/sys/fs/cgroup/cpuset/tuned-rl-workload").exists()
