@@ -65,7 +65,7 @@ def measure(period_us: int, threads: int, cpu: int, blocks: int) -> dict[str, li
 
 def noise(series: list[list[float]]) -> float:
     """The block noise of each run's series (lab.block_noise), averaged over the runs."""
-    return statistics.mean(block_noise(list(values)) for values in series)
+    return statistics.mean(block_noise(values) for values in series)
 
 
 def main() -> None:

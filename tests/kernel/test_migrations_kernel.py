@@ -95,7 +95,7 @@ def test_diagnose_names_the_moving_threads_its_profile_pins_them_apply_keeps_it_
     assert all(n >= 50 for n in before.values()), before  # at least 5 a second each
     pins = tomllib.loads(written.read_text())["cpu_isolation"]["pin"]
     assert {"^stream\\-0$", "^stream\\-1$", "^stream\\-2$"} <= set(pins), pins
-    # Pinning threads that move between two CPUs changes little of the canary's tail either way: a
+    # Pinning threads that move between two CPUs changes little of the measured tail either way: a
     # near-harmless step, which the judge may leave inconclusive on a noisy host (at most 5% of the
     # time), never reverted. A revert fails at once; an inconclusive first apply is rolled back and
     # applied again, so the test fails on chance only after two inconclusive verdicts in a row.
