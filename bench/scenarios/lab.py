@@ -155,6 +155,24 @@ def canary_shape(text: str) -> str:
     return f"canary_period_us = {int(period)}\ncanary_threads = {int(threads)}"
 
 
+def verify_setting(text: str) -> str:
+    """``KEY=NUMBER`` (for argparse, e.g. ``harm=4``): one line of a profile's [verify] table."""
+    import argparse
+    key, _, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=NUMBER, e.g. harm=4") from None
+    if not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=NUMBER, e.g. harm=4")
+    return f"{key} = {number!r}"
+
+
+def verify_table(settings: list[str]) -> str:
+    """A [verify] table of ``verify_setting`` lines, to append to a profile; none for no settings."""
+    return "\n[verify]\n" + "\n".join(settings) + "\n" if settings else ""
+
+
 def apply_profile(text: str, state_dir: Path, timeout: float = 600, lab_plugin: bool = False) -> tuple[dict, float]:
     """Run `tuned-rl apply --json` on a profile; returns the report and the seconds it took.
 

@@ -5,7 +5,9 @@ Each run in a fresh state directory, as on a new node; with ``--one-state``, all
 applied again: each apply after the first starts from the host's noise the last one remembered
 (`<state-dir>/noise.json`).
 
-    sudo .venv/bin/python bench/scenarios/quickstart.py [--runs 5] [--one-state]
+With ``--verify KEY=NUMBER``, the profile is judged with that [verify] setting, e.g. ``harm=4``.
+
+    sudo .venv/bin/python bench/scenarios/quickstart.py [--runs 5] [--one-state] [--verify harm=4]
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import apply_profile, rollback  # noqa: E402
+from lab import apply_profile, rollback, verify_setting, verify_table  # noqa: E402
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "profiles" / "quickstart.toml"
 
 
-def run(state_dir: Path) -> tuple[dict, float]:
-    report, seconds = apply_profile(QUICKSTART.read_text(), state_dir)
+def run(state_dir: Path, verify: list[str]) -> tuple[dict, float]:
+    report, seconds = apply_profile(QUICKSTART.read_text() + verify_table(verify), state_dir)
     rollback(state_dir)
     return report, seconds
 
@@ -33,13 +35,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--one-state", action="store_true", help="every run in one state directory")
+    parser.add_argument("--verify", nargs="*", type=verify_setting, default=[], metavar="KEY=NUMBER",
+                        help="a [verify] setting for the profile, e.g. harm=4")
     args = parser.parse_args()
     seconds, inconclusive = [], 0
     with contextlib.ExitStack() as stack:
         shared = Path(stack.enter_context(tempfile.TemporaryDirectory())) if args.one_state else None
         for _ in range(args.runs):
             state = shared or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            report, took = run(state)
+            report, took = run(state, args.verify)
             seconds.append(took)
             steps = [(s["outcome"], (s.get("verdict") or {}).get("seconds"),
                       (s.get("verdict") or {}).get("noise_prior_df") or 0) for s in report["steps"]]
