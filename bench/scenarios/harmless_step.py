@@ -1,6 +1,6 @@
 """A harmless step is kept: vm.swappiness moves by one, which the canary's run-queue latency ignores.
 
-    sudo .venv/bin/python bench/scenarios/harmless_step.py [--runs 20]
+    sudo .venv/bin/python bench/scenarios/harmless_step.py [--runs 20 [--verify harm=4]]
 
 With --runs N it repeats the scenario and tallies the decisions (the lab's bar: kept or
 inconclusive in at least 19 of 20).
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import Outcome, apply_profile, main_once, main_runs, outcome_of, rollback  # noqa: E402
+from lab import Outcome, apply_profile, main_once, main_runs, outcome_of, rollback, verify_table  # noqa: E402
 
 SWAPPINESS = Path("/proc/sys/vm/swappiness")
 PROFILE = """\
@@ -28,19 +28,19 @@ canary = true
 """
 
 
-def apply_and_roll_back(state_dir: Path, canary: str = "") -> tuple[dict, float, bool]:
-    """The step applied and rolled back (``canary``: more [target] keys): the report, the apply's
-    seconds, and whether vm.swappiness is back."""
+def apply_and_roll_back(state_dir: Path, canary: str = "", verify: tuple[str, ...] = ()) -> tuple[dict, float, bool]:
+    """The step applied and rolled back (``canary``: more [target] keys; ``verify``: [verify] settings):
+    the report, the apply's seconds, and whether vm.swappiness is back."""
     original = SWAPPINESS.read_text().strip()
     value = str(int(original) + 1 if int(original) < 200 else int(original) - 1)
-    report, seconds = apply_profile(PROFILE.format(canary=canary, value=value), state_dir)
+    report, seconds = apply_profile(PROFILE.format(canary=canary, value=value) + verify_table(list(verify)), state_dir)
     rollback(state_dir)
     return report, seconds, SWAPPINESS.read_text().strip() == original
 
 
-def run(state_dir: Path) -> Outcome:
-    return outcome_of("harmless step", *apply_and_roll_back(state_dir))
+def run(state_dir: Path, verify: tuple[str, ...] = ()) -> Outcome:
+    return outcome_of("harmless step", *apply_and_roll_back(state_dir, verify=tuple(verify)))
 
 
 if __name__ == "__main__":
-    main_runs(run) if "--runs" in sys.argv else main_once(run)
+    main_runs(run, verify=True) if "--runs" in sys.argv else main_once(run)

@@ -249,17 +249,21 @@ def main_once(run, row=Outcome.row) -> None:
     print(json.dumps(result.report, indent=1))
 
 
-def main_runs(run, row=Outcome.row) -> None:
-    """``--runs N``: run a scenario N times and tally its decisions."""
+def main_runs(run, row=Outcome.row, verify: bool = False) -> None:
+    """``--runs N``: run a scenario N times and tally its decisions (``verify``: the scenario's ``run``
+    takes the ``--verify KEY=NUMBER`` settings for its profile's [verify] table too)."""
     import argparse
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
+    if verify:
+        parser.add_argument("--verify", nargs="*", type=verify_setting, default=[], metavar="KEY=NUMBER",
+                            help="a [verify] setting for the profile, e.g. harm=4")
     args = parser.parse_args()
     print(HEADER, flush=True)
     decisions, seconds, measured = [], [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
-            result = run(Path(state))
+            result = run(Path(state), args.verify) if verify else run(Path(state))
         decisions.append(result.decision)
         seconds.append(result.seconds)
         measured.append(result.measured_seconds or 0.0)
