@@ -9,6 +9,7 @@ inconclusive in at least 19 of 20).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -28,18 +29,18 @@ canary = true
 """
 
 
-def apply_and_roll_back(state_dir: Path, canary: str = "", verify: tuple[str, ...] = ()) -> tuple[dict, float, bool]:
+def apply_and_roll_back(state_dir: Path, canary: str = "", verify: Sequence[str] = ()) -> tuple[dict, float, bool]:
     """The step applied and rolled back (``canary``: more [target] keys; ``verify``: [verify] settings):
     the report, the apply's seconds, and whether vm.swappiness is back."""
     original = SWAPPINESS.read_text().strip()
     value = str(int(original) + 1 if int(original) < 200 else int(original) - 1)
-    report, seconds = apply_profile(PROFILE.format(canary=canary, value=value) + verify_table(list(verify)), state_dir)
+    report, seconds = apply_profile(PROFILE.format(canary=canary, value=value) + verify_table(verify), state_dir)
     rollback(state_dir)
     return report, seconds, SWAPPINESS.read_text().strip() == original
 
 
-def run(state_dir: Path, verify: tuple[str, ...] = ()) -> Outcome:
-    return outcome_of("harmless step", *apply_and_roll_back(state_dir, verify=tuple(verify)))
+def run(state_dir: Path, verify: Sequence[str] = ()) -> Outcome:
+    return outcome_of("harmless step", *apply_and_roll_back(state_dir, verify=verify))
 
 
 if __name__ == "__main__":

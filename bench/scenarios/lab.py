@@ -160,15 +160,21 @@ def verify_setting(text: str) -> str:
     import argparse
     key, _, value = text.partition("=")
     try:
-        number = float(value)
+        number = float(value) if key.isidentifier() else None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=NUMBER, e.g. harm=4") from None
-    if not key.isidentifier():
+        number = None
+    if number is None:
         raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=NUMBER, e.g. harm=4")
     return f"{key} = {number!r}"
 
 
-def verify_table(settings: list[str]) -> str:
+def add_verify_option(parser) -> None:
+    """A scenario's ``--verify KEY=NUMBER ...``: [verify] settings for the profile it applies."""
+    parser.add_argument("--verify", nargs="*", type=verify_setting, default=[], metavar="KEY=NUMBER",
+                        help="a [verify] setting for the profile, e.g. harm=4")
+
+
+def verify_table(settings) -> str:
     """A [verify] table of ``verify_setting`` lines, to append to a profile; none for no settings."""
     return "\n[verify]\n" + "\n".join(settings) + "\n" if settings else ""
 
@@ -256,8 +262,7 @@ def main_runs(run, row=Outcome.row, verify: bool = False) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     if verify:
-        parser.add_argument("--verify", nargs="*", type=verify_setting, default=[], metavar="KEY=NUMBER",
-                            help="a [verify] setting for the profile, e.g. harm=4")
+        add_verify_option(parser)
     args = parser.parse_args()
     print(HEADER, flush=True)
     decisions, seconds, measured = [], [], []

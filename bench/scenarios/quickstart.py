@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import apply_profile, rollback, verify_setting, verify_table  # noqa: E402
+from lab import apply_profile, rollback, add_verify_option, verify_table  # noqa: E402
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "profiles" / "quickstart.toml"
 
@@ -35,8 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--one-state", action="store_true", help="every run in one state directory")
-    parser.add_argument("--verify", nargs="*", type=verify_setting, default=[], metavar="KEY=NUMBER",
-                        help="a [verify] setting for the profile, e.g. harm=4")
+    add_verify_option(parser)
     args = parser.parse_args()
     seconds, inconclusive = [], 0
     with contextlib.ExitStack() as stack:

@@ -28,11 +28,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lab import (HEADER, Outcome, apply_profile, canary_shape, outcome_of, processes, rollback,  # noqa: E402
-                 tuned_rl_json, verify_setting, verify_table)
+                 tuned_rl_json, add_verify_option, verify_table)
 from workload import MARKER  # noqa: E402
 
 HELPER = Path(__file__).parent / "stall_helper.py"
@@ -67,13 +68,13 @@ def policy_of(pid: int) -> int:
 
 
 def run(state_dir: Path, target: str = "canary", spin_ms: float = 5.0, every_s: float = 0.5, cpu: int = 1,
-        show_effect: bool = False, canary: str = "", verify: tuple[str, ...] = ()) -> Outcome:
+        show_effect: bool = False, canary: str = "", verify: Sequence[str] = ()) -> Outcome:
     commands = [helper_command(spin_ms, every_s, cpu)] + ([workload_command(cpu)] if target == "workload" else [])
     with processes(commands) as (helper, *_):
         time.sleep(2 if target == "workload" else 0.5)  # past the workload's start-up
         effect = measure_effect(helper.pid, target, cpu, state_dir) if show_effect else None
         table = TARGETS[target].format(cpu=cpu) + (f"\n{canary}" if canary and target == "canary" else "")
-        text = PROFILE.format(target=table, pid=helper.pid) + verify_table(list(verify))
+        text = PROFILE.format(target=table, pid=helper.pid) + verify_table(verify)
         report, seconds = apply_profile(text, state_dir, lab_plugin=True)
         policy_after_apply = policy_of(helper.pid)  # a reverted step put SCHED_IDLE back
         rollback(state_dir)
@@ -111,15 +112,14 @@ def main() -> None:
     parser.add_argument("--show-effect", action="store_true")
     parser.add_argument("--canary", type=canary_shape, default=None, metavar="PERIODxTHREADS", help="the canary's wake period (us) and threads, "
                         "e.g. 500x8 (default: the canary's defaults)")
-    parser.add_argument("--verify", nargs="*", type=verify_setting, default=[], metavar="KEY=NUMBER",
-                        help="a [verify] setting for the profile, e.g. harm=4")
+    add_verify_option(parser)
     args = parser.parse_args()
     print(HEADER, flush=True)
     decisions, seconds = [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
             result = run(Path(state), args.target, args.spin_ms, args.every_s, args.cpu, args.show_effect,
-                         args.canary or "", tuple(args.verify))  # no --canary: the canary's defaults
+                         args.canary or "", args.verify)  # no --canary: the canary's defaults
         decisions.append(result.decision)
         seconds.append(result.seconds)
         print(result.row(), flush=True)
