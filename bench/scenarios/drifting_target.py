@@ -9,6 +9,7 @@ Variant "ramp": the clients also speed up from one request every 4 ms to one eve
 1 ms over the first 60 s.
 
     sudo .venv/bin/python bench/scenarios/drifting_target.py [--variant start|ramp] [--runs 20] [--design before-after]
+        [--verify harm=4]
 
 The bar: kept or inconclusive in at least 19 of 20 runs of each variant, reverted in at most 1.
 """
@@ -19,10 +20,12 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import HEADER, Outcome, apply_profile, hog_command, outcome_of, processes, rollback  # noqa: E402
+from lab import (HEADER, Outcome, add_verify_option, apply_profile, hog_command, outcome_of,  # noqa: E402
+                 processes, rollback)
 from workload import MARKER  # noqa: E402
 
 PRINTK = Path("/proc/sys/kernel/printk_ratelimit")
@@ -35,6 +38,7 @@ name = "{marker}"
 
 [verify]
 design = "{design}"
+{verify}
 
 [sysctl]
 "kernel.printk_ratelimit" = {value}
@@ -47,9 +51,11 @@ def workload_command(variant: str) -> list[str]:
     return command + (["--ramp-from-us", "4000", "--ramp-seconds", "60"] if variant == "ramp" else [])
 
 
-def run(state_dir: Path, variant: str = "start", design: str = "switchback") -> Outcome:
+def run(state_dir: Path, variant: str = "start", design: str = "switchback", verify: Sequence[str] = ()) -> Outcome:
+    """``verify``: more [verify] settings (``verify_setting`` lines) for the profile."""
     original = PRINTK.read_text().strip()
-    profile = PROFILE.format(variant=variant, marker=MARKER, value=int(original) + 1, design=design)
+    profile = PROFILE.format(variant=variant, marker=MARKER, value=int(original) + 1, design=design,
+                             verify="\n".join(verify))
     with processes([workload_command(variant)] + [hog_command()] * 3):
         time.sleep(2)  # the workload and the jobs have just started: they drift from here on
         report, seconds = apply_profile(profile, state_dir)
@@ -63,12 +69,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--design", choices=("switchback", "before-after"), default="switchback",
                         help="before-after: the fixed design (15 windows, then 15), for comparison")
+    add_verify_option(parser)
     args = parser.parse_args()
     print(HEADER, flush=True)
     decisions = []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
-            result = run(Path(state), args.variant, args.design)
+            result = run(Path(state), args.variant, args.design, args.verify)
         decisions.append(result.decision)
         print(result.row(), flush=True)
         print(f"  {result.report['steps'][-1]['reason']}", flush=True)

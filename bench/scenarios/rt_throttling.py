@@ -5,16 +5,18 @@ Two SCHED_FIFO actors at 80% duty share a cpu cgroup whose RT budget is 500000 o
 canary in it waits up to hundreds of milliseconds. The profile raises the budget
 to 950000; tuned-rl measures before and after and keeps the step.
 
-    sudo .venv/bin/python bench/scenarios/rt_throttling.py [--runs 20]
+    sudo .venv/bin/python bench/scenarios/rt_throttling.py [--runs 20 [--verify harm=4]]
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import CPU, Outcome, apply_profile, cgroup, main_once, main_runs, outcome_of, rollback, rt_actors  # noqa: E402
+from lab import (CPU, Outcome, apply_profile, cgroup, main_once, main_runs, outcome_of, rollback,  # noqa: E402
+                 rt_actors, verify_table)
 
 NAME = "tuned-rl-lab-rt"
 PROFILE = """\
@@ -37,11 +39,14 @@ cgroup_runtime_us = {runtime}
 """
 
 
-def run_budget_change(state_dir: Path, scenario: str, start: int, runtime: int) -> Outcome:
-    """FIFO actors at 80% duty in a cgroup with RT budget ``start``; the profile sets ``runtime``."""
+def run_budget_change(state_dir: Path, scenario: str, start: int, runtime: int,
+                      verify: Sequence[str] = ()) -> Outcome:
+    """FIFO actors at 80% duty in a cgroup with RT budget ``start``; the profile sets ``runtime``
+    (``verify``: [verify] settings for it)."""
     with cgroup(CPU, NAME, {"cpu.rt_runtime_us": str(start)}) as directory:
         with rt_actors(directory):
             text = PROFILE.format(directory=directory, name=NAME, runtime=runtime, scenario=scenario.replace(" ", "-"))
+            text += verify_table(verify)
             report, seconds = apply_profile(text, state_dir)
             after_apply = (directory / "cpu.rt_runtime_us").read_text().strip()  # a reverted step put it back
             rollback(state_dir)
@@ -51,9 +56,9 @@ def run_budget_change(state_dir: Path, scenario: str, start: int, runtime: int) 
     return result
 
 
-def run(state_dir: Path) -> Outcome:
-    return run_budget_change(state_dir, "rt throttling", 500000, 950000)
+def run(state_dir: Path, verify: Sequence[str] = ()) -> Outcome:
+    return run_budget_change(state_dir, "rt throttling", 500000, 950000, verify)
 
 
 if __name__ == "__main__":
-    main_runs(run) if "--runs" in sys.argv else main_once(run)
+    main_runs(run, verify=True) if "--runs" in sys.argv else main_once(run)
