@@ -1,4 +1,4 @@
-"""How long does a five-step profile take with default [verify] settings? (Bar: a median of 30 seconds.)
+"""How long does a five-step profile take to verify? (Bar: a median of 30 seconds at the default [verify].)
 
 Five harmless steps (sysctls nudged by one) verified against a canary, then rolled back.
 With ``--verify KEY=NUMBER``, the profile is judged with that [verify] setting, e.g. ``harm=4``.
@@ -12,6 +12,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -22,7 +23,7 @@ SYSCTLS = ["vm/swappiness", "vm/dirty_ratio", "vm/dirty_background_ratio", "vm/v
 
 
 def run(state_dir: Path, steps: int = 5, max_blocks: int | None = None,
-        verify: list[str] = ()) -> tuple[dict, float, bool]:
+        verify: Sequence[str] = ()) -> tuple[dict, float, bool]:
     """The first ``steps`` sysctls nudged, one step each (``max_blocks``: the profile's [verify]
     budget, else the default; ``verify``: more ``verify_setting`` lines): the report, the seconds,
     whether restored."""
