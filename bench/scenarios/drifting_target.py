@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lab import (HEADER, Outcome, add_verify_option, apply_profile, hog_command, outcome_of,  # noqa: E402
-                 processes, rollback)
+                 processes, rollback, verify_table)
 from workload import MARKER  # noqa: E402
 
 PRINTK = Path("/proc/sys/kernel/printk_ratelimit")
@@ -35,11 +35,7 @@ name = "lab-drifting-{variant}"
 
 [target]
 name = "{marker}"
-
-[verify]
-design = "{design}"
 {verify}
-
 [sysctl]
 "kernel.printk_ratelimit" = {value}
 """
@@ -54,8 +50,8 @@ def workload_command(variant: str) -> list[str]:
 def run(state_dir: Path, variant: str = "start", design: str = "switchback", verify: Sequence[str] = ()) -> Outcome:
     """``verify``: more [verify] settings (``verify_setting`` lines) for the profile."""
     original = PRINTK.read_text().strip()
-    profile = PROFILE.format(variant=variant, marker=MARKER, value=int(original) + 1, design=design,
-                             verify="\n".join(verify))
+    profile = PROFILE.format(variant=variant, marker=MARKER, value=int(original) + 1,
+                             verify=verify_table([f'design = "{design}"', *verify]))
     with processes([workload_command(variant)] + [hog_command()] * 3):
         time.sleep(2)  # the workload and the jobs have just started: they drift from here on
         report, seconds = apply_profile(profile, state_dir)

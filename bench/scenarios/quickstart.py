@@ -17,6 +17,7 @@ import contextlib
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -25,7 +26,7 @@ from lab import apply_profile, rollback, add_verify_option, verify_table  # noqa
 QUICKSTART = Path(__file__).resolve().parents[2] / "profiles" / "quickstart.toml"
 
 
-def run(state_dir: Path, verify: list[str]) -> tuple[dict, float]:
+def run(state_dir: Path, verify: Sequence[str] = ()) -> tuple[dict, float]:
     report, seconds = apply_profile(QUICKSTART.read_text() + verify_table(verify), state_dir)
     rollback(state_dir)
     return report, seconds
