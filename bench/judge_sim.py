@@ -405,9 +405,15 @@ def p999_ratio(case: Case, seed: int, recorded: "tuple[list[np.ndarray], float] 
     return quantile(np.concatenate(after), 0.999) / quantile(np.concatenate(values), 0.999)
 
 
+def trial_rng(seed: int, trial: int) -> np.random.Generator:
+    """Each trial's own draws (from 2026-12-07; one generator per row before): two settings' rows then
+    see the same host, block by block, until one of them decides, so their columns are paired, where a
+    row's shared generator let a trial that stopped sooner shift every later trial's draws."""
+    return np.random.default_rng([seed, trial])
+
+
 def run_row(job: "tuple[Case, str, int, int, float]") -> str:
     case, design, trials, seed, window_seconds = job
-    rng = np.random.default_rng(seed)
     started = time.perf_counter()
     loaded = load_recorded(case.recording) if case.recording else None
     if loaded:
@@ -416,9 +422,9 @@ def run_row(job: "tuple[Case, str, int, int, float]") -> str:
         # Evenly spread starts, not random ones: random starts repeat (a thousand of them in 1,199
         # windows), and a repeated start replays the very same step.
         make = lambda trial: RecordedSource(recorded, trial * len(recorded) // trials, case.effect,  # noqa: E731
-                                            recorded_seconds, merge, rng)
+                                            recorded_seconds, merge, trial_rng(seed, trial))
     else:
-        make = lambda trial: synthetic_source(case, rng, window_seconds)  # noqa: E731
+        make = lambda trial: synthetic_source(case, trial_rng(seed, trial), window_seconds)  # noqa: E731
     share, undecided, seconds = run_case(design, make, trials, case.steps, case.switching)
     rate = "rec" if case.recording else str(case.rate)
     ratio = "" if case.steps > 1 else f"x{p999_ratio(case, seed, loaded):.2f}"
