@@ -168,6 +168,7 @@ class SwitchbackSettings:
     prior_own_df: int = 3  # with a prior, a keep still needs this many of the step's own
     prior_until_own_df: int = 6  # and borrows it only while it has at most this many of its own
     sign_p: float = 0.05  # a tail worse beyond the tolerance at this p (the step's own fit) is not kept as harmless
+    run_sign_p: float = 0.05  # the same over runs
     randomization_p: float = 0.05  # at the last look a regression must also pass the sign-flip test at this
     look_growth: float = 1.25  # after block look_every_to, a look each time the blocks grow by this factor
     look_every_to: int = 8  # a look after every block up to this one
@@ -777,7 +778,7 @@ def _run_sign(e: Evidence) -> float | None:
     if fit is None:
         return None
     p_value = fit.p_beyond(e.tolerance)
-    return p_value if p_value <= e.settings.sign_p else None
+    return p_value if p_value <= e.settings.run_sign_p else None
 
 
 def _broad_worse(e: Evidence) -> str:
