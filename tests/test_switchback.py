@@ -54,7 +54,7 @@ def decide(windows_for, settings: SwitchbackSettings = SETTINGS, prior: NoisePri
 def test_a_harmless_step_is_kept_with_the_harm_it_ruled_out_and_a_2x_regression_is_reverted():
     verdict, used = decide(lambda b: blocks_of(1.0, b))
     assert verdict.outcome == NO_REGRESSION and used <= 12, (used, verdict.reason)
-    assert verdict.harm == 3.0 and verdict.bound < math.log(3) and "worse than x3 ruled out" in verdict.reason
+    assert verdict.harm == 4.0 and verdict.bound < math.log(4) and "worse than x4 ruled out" in verdict.reason
     verdict, used = decide(lambda b: blocks_of(2.0, b, seed=1))
     assert verdict.outcome == REGRESSION and "worse beyond the 20% tolerance" in verdict.reason
     assert verdict.bound > math.log(1.2) and verdict.level > SETTINGS.confidence  # a look spends a share of the 1%
@@ -315,6 +315,19 @@ def test_a_kept_step_whose_pooled_p999_rose_says_why_in_one_line():
     regression = look(blocks_of(3.0, 8), 8, SETTINGS)
     assert regression.outcome == REGRESSION and why_not_reverted(regression, SETTINGS) is None
     assert why_not_reverted(dataclasses.replace(verdict, pooled=1.1), SETTINGS) is None  # within the tolerance
+
+
+def test_a_keep_waits_while_the_runs_show_a_sign_of_harm_the_blocks_do_not():
+    # A helper spinning 3 ms once a second moves a 0.5 s block's slowest 0.1% in every other block
+    # only, inside the x4 a keep rules out; a run of two blocks holds it every time, and its test
+    # shows it (worse beyond the tolerance at p <= 0.2) long before it can revert at its spent alpha.
+    evidence = dataclasses.replace(gather(blocks_of(1.0, 12), 12, SETTINGS), settings=SETTINGS)
+    assert keep_held_back(evidence) is None and harmless(evidence) is not None  # nothing holds it: kept
+    runs_worse = dataclasses.replace(evidence, run_tail=Fit(0.35, 0.15, 6, 0.0, 0.09, 6, 0.25))
+    assert 0.05 < runs_worse.run_tail.p_beyond(math.log(1.2)) <= SETTINGS.run_sign_p
+    assert keep_held_back(runs_worse) == "run sign" and harmless(runs_worse) is None
+    at_the_blocks_level = dataclasses.replace(runs_worse, settings=dataclasses.replace(SETTINGS, run_sign_p=0.05))
+    assert keep_held_back(at_the_blocks_level) is None  # what the gate was before 2026-12-07: kept
 
 
 def test_rare_stalls_a_noisy_host_dilutes_are_never_called_harmless():

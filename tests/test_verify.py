@@ -243,12 +243,12 @@ def test_a_kept_step_says_what_harm_it_ruled_out_and_at_what_confidence():
     from tuned_rl.core.report import StepReport
     result, _ = run_step(verifier_with(lambda: 1.0), harm=1.0)
     verdict = result.verdict.to_dict()
-    assert result.outcome == "kept" and verdict["harm"] == 3.0 and verdict["confidence"] == 0.95
+    assert result.outcome == "kept" and verdict["harm"] == 4.0 and verdict["confidence"] == 0.95
     assert verdict["effect_upper"] < 3.0
     step = StepReport("sysctl", "set vm.swappiness", [], result.outcome, result.verdict.reason,
                       *result.figures(), verdict)
     text = "\n".join(" ".join(row) for row in _rows(step))
-    assert (f"kept: {verdict['statistic']} worse than x3 ruled out at 95% (a step that harmful is kept at most 5% "
+    assert (f"kept: {verdict['statistic']} worse than x4 ruled out at 95% (a step that harmful is kept at most 5% "
             "of the time, over every look)") in text or verdict["rule"] == "tail bounded"
 
 

@@ -48,14 +48,15 @@ AB/BA pairs of runs' own sign-flip test (``randomization_p``, which needs no mod
 each pair's order was a coin's) must agree at p <= 0.05.
 
 *Keeps* (``harm_confidence``, 0.95: beta = 5%). A step is kept when the upper bound at the look's
-spent level of its metric tail is below ``harm`` (x3) and that of the slowest 5% below
+spent level of its metric tail is below ``harm`` (x4) and that of the slowest 5% below
 ``broad_harm`` (x2): a step that harmful is kept at most beta of the time, over every look
 (Jennison & Turnbull, *Group Sequential Methods*, ch. 7: a non-binding futility boundary; shape
 0.3, most of beta spent at the first looks, where harmless steps end). Two keeps rest on the
 metric alone, since a step that removes rare long waits can make the middling ones worse (FIFO
 removal under an RT budget: p999 378 to 18 ms, p99 0.04 to 8 ms): its tail bounded within the
 tolerance, and a large improvement (bound under x0.5, 20% of beta). No keep is made on a sign of
-harm: either statistic, or the tail over runs, worse beyond the tolerance at p <= 0.05. A step
+harm: either statistic worse beyond the tolerance at p <= 0.05, or the tail over runs at p <= 0.2
+(``run_sign_p``: a stall once a second shows in the runs' test long before it can revert). A step
 between the tolerance and the harm may be kept or reverted: that is the indifference zone the two
 rates leave.
 
@@ -75,7 +76,7 @@ recorded canaries (docs/judge.md has the table).
 Shown = judged
 --------------
 The Look names the rule and the statistic that decided, its drift-adjusted ratio and its bound
-at the look's level, the claim with its error rate ("kept: worse than x3 ruled out at 95%"),
+at the look's level, the claim with its error rate ("kept: worse than x4 ruled out at 95%"),
 each arm's figure of that statistic (the geometric mean over the arm's blocks, or runs, before
 drift is allowed for), and ``why_not_reverted`` gives the line for a step kept though its pooled p999
 rose beyond the tolerance: a pooled p999 rests on a handful of waits, which the host's own stalls
@@ -146,6 +147,16 @@ SINGLE_BLOCKS = 0
 RUN_TAIL_SHARE = 0.8
 # Of the keep side's total, what the large-improvement rule may spend; the rest is the harm bound's.
 IMPROVEMENT_SHARE = 0.2
+# The harm a keep rules out, and the sign over runs that holds a keep back (2026-12-07; x3 and 0.05
+# before). A keep at x4 comes a look or two sooner (a lone harmless step 5.9 -> 4.7 s in the sim, five
+# harmless steps 27.7 -> 24.9 s), but alone it let a helper spinning 3 ms once a second be kept before
+# its runs' test could revert it (91.3 -> 76.9% reverted): its blocks' tail moves x1.2-1.9, inside
+# either harm. Its runs show it early as a sign (worse beyond the tolerance at p <= 0.2) and a keep then
+# waits, which costs a harmless step little (0.8% of them end inconclusive, 0.1% before): 90.8% reverted.
+# Neither moves a stated rate: a keep is still harm ruled out at 95%, a revert alpha-spent at 1%.
+# bench/judge_sim.py, 1,000 paired trials, seed 1 (docs/judge.md, "x4, with the runs' sign at 0.2").
+HARM = 4.0
+RUN_SIGN_P = 0.2
 
 
 @dataclass(frozen=True)
@@ -155,7 +166,7 @@ class SwitchbackSettings:
     metric: str = "p999"
     tolerance: float = 0.20  # a tail up to 20% worse is not a regression
     confidence: float = 0.99  # 1 - alpha: a step within the tolerance is reverted at most alpha, over all looks
-    harm: float = 3.0  # a kept step's metric tail is worse than this with probability at most beta ...
+    harm: float = HARM  # a kept step's metric tail is worse than this with probability at most beta ...
     broad_harm: float = 2.0  # ... and its slowest 5% worse than this
     harm_confidence: float = 0.95  # 1 - beta
     max_blocks: int = 60  # switching blocks after the baseline
@@ -168,7 +179,7 @@ class SwitchbackSettings:
     prior_own_df: int = 3  # with a prior, a keep still needs this many of the step's own
     prior_until_own_df: int = 6  # and borrows it only while it has at most this many of its own
     sign_p: float = 0.05  # a tail worse beyond the tolerance at this p (the step's own fit) is not kept as harmless
-    run_sign_p: float = 0.05  # the same over runs
+    run_sign_p: float = RUN_SIGN_P  # the same over runs
     randomization_p: float = 0.05  # at the last look a regression must also pass the sign-flip test at this
     look_growth: float = 1.25  # after block look_every_to, a look each time the blocks grow by this factor
     look_every_to: int = 8  # a look after every block up to this one
@@ -771,7 +782,7 @@ def _decided(e: Evidence, outcome: str, rule: str, fit: Fit, bound: float, level
 
 
 def _run_sign(e: Evidence) -> float | None:
-    """The p of "worse beyond the tolerance" over runs where it is a sign of harm (at most ``sign_p``;
+    """The p of "worse beyond the tolerance" over runs where it is a sign of harm (at most ``run_sign_p``;
     Student's t at the fit's own freedom, from one degree), else None: a keep waits for it to go, or to
     become a revert. The runs' fit has half the blocks' freedom, and a keep comes at the first looks."""
     fit = e.run_tail
