@@ -49,6 +49,7 @@ MALFORMED = {
     "sysctl-empty-value": ('[sysctl]\n"vm.swappiness" = ""\n', "sysctl.vm.swappiness", "one non-empty line"),
     "verify-unknown-key": ("[verify]\nwindow = 3\n", "verify.window", "unknown key"),
     "verify-wrong-choice": ('[verify]\nprobe = "dtrace"\n', "verify.probe", "must be one of"),
+    "verify-run-sign-p-above": ("[verify]\nrun_sign_p = 0.9\n", "verify.run_sign_p", "above the maximum 0.5"),
     "target-two-targets": ('[target]\ncanary = true\nname = "^ray::"\n', "target", "exactly one of"),
     "target-canary-key-without-canary": ('[target]\nname = "^ray::"\ncanary_cpus = "0"\n', "target.canary_cpus",
                                          "need canary = true"),

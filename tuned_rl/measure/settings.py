@@ -38,6 +38,9 @@ VERIFY_TABLE = Table(
         "broad_harm": Key(float, "switchback: and its slowest 5% worse than this ratio.", minimum=1.01, maximum=1000),
         "harm_confidence": Key(float, "switchback: how sure a keep is that the harm is ruled out (1 - the share of "
                                       "harmful steps kept).", minimum=0.5, maximum=0.9999),
+        "run_sign_p": Key(float, "switchback: no keep while the metric's tail over runs is worse beyond the "
+                                 "tolerance at this p (a stall the step adds once a run); lower keeps harmless "
+                                 "steps sooner and lets more such stalls be kept.", minimum=0.0001, maximum=0.5),
         "windows": Key(int, "before-after: windows per measurement (before, and again after).", minimum=2,
                        maximum=1000),
         "rounds": Key(int, "before-after: alternate without/with the step this many times and pool the arms.",
@@ -89,6 +92,7 @@ class VerifySettings:
     harm: float = SwitchbackSettings.harm
     broad_harm: float = SwitchbackSettings.broad_harm
     harm_confidence: float = SwitchbackSettings.harm_confidence
+    run_sign_p: float = SwitchbackSettings.run_sign_p
     windows: int = 15
     rounds: int = 1
     min_samples: int = JudgeSettings.min_samples
@@ -114,6 +118,7 @@ class VerifySettings:
         return SwitchbackSettings(metric=self.metric, tolerance=self.tolerance, confidence=self.confidence,
                                   max_blocks=self.max_blocks, min_samples=self.min_samples, harm=self.harm,
                                   broad_harm=self.broad_harm, harm_confidence=self.harm_confidence,
+                                  run_sign_p=self.run_sign_p,
                                   run_blocks=run_blocks)
 
     def windows_per_block(self, events_per_second: float) -> int:
