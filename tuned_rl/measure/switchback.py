@@ -149,10 +149,10 @@ RUN_TAIL_SHARE = 0.8
 IMPROVEMENT_SHARE = 0.2
 # The harm a keep rules out, and the sign over runs that holds a keep back (2026-12-07; x3 and 0.05
 # before). A keep at x4 comes a look or two sooner (a lone harmless step 5.9 -> 4.7 s in the sim, five
-# harmless steps 27.7 -> 24.9 s), but alone it let a helper spinning 3 ms once a second be kept before
-# its runs' test could revert it (91.3 -> 76.9% reverted): its blocks' tail moves x1.2-1.9, inside
+# harmless steps 27.7 -> 23.1 s), but alone it let a helper spinning 3 ms once a second be kept before
+# its runs' test could revert it (91.9 -> 80.6% reverted): its blocks' tail moves x1.2-1.9, inside
 # either harm. Its runs show it early as a sign (worse beyond the tolerance at p <= 0.2) and a keep then
-# waits, which costs a harmless step little (0.8% of them end inconclusive, 0.1% before): 90.8% reverted.
+# waits: 90.8% reverted, for 0.7 points more harmless steps inconclusive (0.8%) and five steps 24.9 s.
 # Neither moves a stated rate: a keep is still harm ruled out at 95%, a revert alpha-spent at 1%.
 # bench/judge_sim.py, 1,000 paired trials, seed 1 (docs/judge.md, "x4, with the runs' sign at 0.2").
 HARM = 4.0
