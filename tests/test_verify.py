@@ -244,7 +244,7 @@ def test_a_kept_step_says_what_harm_it_ruled_out_and_at_what_confidence():
     result, _ = run_step(verifier_with(lambda: 1.0), harm=1.0)
     verdict = result.verdict.to_dict()
     assert result.outcome == "kept" and verdict["harm"] == 4.0 and verdict["confidence"] == 0.95
-    assert verdict["effect_upper"] < 3.0
+    assert verdict["effect_upper"] < verdict["harm"]  # the bound a keep needs
     step = StepReport("sysctl", "set vm.swappiness", [], result.outcome, result.verdict.reason,
                       *result.figures(), verdict)
     text = "\n".join(" ".join(row) for row in _rows(step))
