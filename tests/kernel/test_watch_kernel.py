@@ -93,8 +93,9 @@ def test_a_workload_that_starts_after_the_apply_is_placed_at_once_and_its_deferr
 def test_a_step_applied_before_the_workload_started_is_verified_by_watch_on_it(step, tmp_path):
     import provisioned_step
     # apply at provisioning cannot measure the workload: the step is applied unverified and watch
-    # verifies it once the workload runs. Harmful (a helper made SCHED_FIFO, spinning 5 ms every
-    # 0.5 s on the workload's CPU): reverted. Harmless (vm.stat_interval = 10): not reverted.
+    # verifies it once the workload runs. Harmful (a helper made SCHED_FIFO, spinning 10 ms every
+    # 0.25 s on the workload's CPU, a stall the workload's p999 always holds): reverted. Harmless
+    # (vm.stat_interval = 10): not reverted.
     result = provisioned_step.run(tmp_path, step)
     print(result.row(), result.reason)
     assert "`tuned-rl watch` verifies it when it starts" in result.applied_reason
