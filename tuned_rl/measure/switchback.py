@@ -773,7 +773,8 @@ def _decided(e: Evidence, outcome: str, rule: str, fit: Fit, bound: float, level
     over_runs = fit is e.run_tail
     name = "the slowest 5%" if broad else e.tail_name
     said = f"{name} of each run of {e.settings.run_blocks} blocks" if over_runs else name
-    reason = f"{said} {_times(fit.effect)} with the step, drift allowed for ({e.trend} trend): {why}"
+    drift = "no drift fitted" if e.trend == "none" else f"drift allowed for ({e.trend} trend)"
+    reason = f"{said} {_times(fit.effect)} with the step, {drift}: {why}"
     keeps = outcome == NO_REGRESSION
     return Look(outcome, rule, reason, name, fit.effect, bound, fit.p_value if p_value is None else p_value, e.trend,
                 fit.drift, e.keep_tail if keeps else e.tail, e.keep_broad if keeps else e.broad, e.pooled,
