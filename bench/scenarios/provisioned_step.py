@@ -7,10 +7,8 @@ watch verifies it. Two steps, one at a time:
 - ``harmful``: the lab's third-party plugin ([lab_stall]) makes a helper pinned to CPU 1
   SCHED_FIFO; it spins 10 ms every 0.25 s (4% of the CPU: the p99 hardly moves, the p999 does).
   Not 5 ms every 0.5 s: the workload wakes about 8,000 times a second on 5 threads, so a stall
-  that rare delays about 5 waits in 4,000, 0.13%, at the edge of the slowest 0.1%; on this VM it
-  read x1.29 in one CI run, and alternated 12 + 12 against 5 ms every 0.25 s it was kept once
-  (p999 without it 2.29 ms that run; every 0.25 s: 11 of 11 reverted, p999 4.85 ms); 10 ms every
-  0.25 s puts the p999 on the stall itself (9.7 ms, 8 of 8 reverted, 9.8 s median).
+  that rare delays about 0.13% of its waits, at the edge of the slowest 0.1%, and was sometimes
+  kept (the alternation's figures: docs/watch.md). `--spin-ms 5 --every-s 0.5` runs that shape.
 - ``harmless``: [sysctl] vm.stat_interval = 10 (per-CPU VM statistics folded every 10 s, not 1).
 
 `tuned-rl watch --json` starts, then the request/response workload (workload.py) pinned to CPU
