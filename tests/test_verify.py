@@ -306,3 +306,18 @@ def test_a_stall_every_other_block_is_reverted_over_runs_and_the_report_says_wha
             assert "judged on the slowest 0.1% of each run's waits (2 blocks of one arm in a row): " in text
             assert "the slowest 0.1% of each run of 2 blocks x" in text
     assert outcomes.count("reverted") == 6 and "tail regression over runs" in rules, (outcomes, rules)
+
+
+def test_each_look_that_could_keep_but_measured_on_says_in_the_blocks_what_held_the_keep_back():
+    held_somewhere = False
+    for seed in range(6):
+        verifier = verifier_with(lambda: 1.0)
+        verifier._order = np.random.default_rng(seed)
+        result, _ = run_step(verifier, harm=1.6)  # inside the indifference zone: measured for a while
+        looks = verifier.settings.switchback_settings(verifier._per_block)
+        held = {b["block"]: b["keep_held_back"] for b in result.blocks if "keep_held_back" in b}
+        assert all(looks.looks_at(block) for block in held), held  # only where a look was made
+        assert set(held.values()) <= {"tail", "broad", "tail+broad", "run sign", "sign"}, held
+        assert result.blocks[-1]["block"] not in held  # the deciding look held nothing back
+        held_somewhere |= bool(held)
+    assert held_somewhere

@@ -130,6 +130,7 @@ class Verifier:
         plan = [(span, False, 0) for span in baseline.spans]  # each window: its span, its arm, its block
         settling: list[Span] = []
         with_step, decision, last = False, None, baseline
+        held: dict[int, str] = {}  # block: what held a keep back at the look after it
         order = arm_order(self._order, s.max_blocks, sequential.run_blocks, sequential.single_blocks)
         for block, arm in enumerate(order, 1):
             phase = f"block {block}/{s.max_blocks} {'with' if arm else 'without'} the step"
@@ -141,6 +142,8 @@ class Verifier:
             plan += [(span, with_step, block) for span in last.spans]
             decision = look([Window(span.values, a, span.midpoint, number) for span, a, number in plan], block,
                             sequential, self.prior)
+            if decision.held:
+                held[block] = decision.held
             if decision.outcome is not None:
                 break
         arms = {arm: _arm(self._probe, [span for span, a, _ in plan if a == arm]) for arm in (False, True)}
@@ -156,7 +159,7 @@ class Verifier:
             if self.memory is not None:
                 self.memory.remember(self._per_block, self.prior)
         result = StepVerdict(keep, self._outcome(verdict), verdict, arms[False], arms[True], reused)
-        result.blocks = _block_figures(plan, s.metric)
+        result.blocks = _block_figures(plan, s.metric, held)
         return result
 
     def _measure_baseline(self, label: str) -> Measurement:
@@ -281,11 +284,14 @@ def _arm(probe: LatencyProbe, spans: list[Span]) -> Measurement:
     return Measurement(probe.name, spans, probe.lost, sum(span.end_ns - span.start_ns for span in spans) / 1e9)
 
 
-def _block_figures(plan: list[tuple[Span, bool, int]], metric: str = "p999") -> list[dict]:
+def _block_figures(plan: list[tuple[Span, bool, int]], metric: str = "p999",
+                   held: dict[int, str] | None = None) -> list[dict]:
     """Each block's figures (the baseline's, block 0, left out), with every wait that began in it:
     its arm, whether a change was made just before it (``after_change``: in step with the switching,
-    where an artefact of the change itself would show), and the statistic the verdict read of it
-    (``tail_us``: the geometric mean of its slowest 0.1% for p999)."""
+    where an artefact of the change itself would show), the statistic the verdict read of it
+    (``tail_us``: the geometric mean of its slowest 0.1% for p999), and at a look after it that
+    could keep but measured on, what held the keep back (``keep_held_back``: "tail" or "broad" for
+    a harm bound not yet under its named harm, "run sign" or "sign" for a sign of harm)."""
     arms = dict.fromkeys((number, arm) for _, arm, number in plan)
     previous, figures = False, []
     for number, arm in arms:
@@ -296,6 +302,8 @@ def _block_figures(plan: list[tuple[Span, bool, int]], metric: str = "p999") -> 
             figures.append({"block": number, "with_step": arm, "after_change": arm != previous,
                             "tail_us": round(math.exp(tail) / 1000, 1) if math.isfinite(tail) else None,
                             **_figures_of(values)})
+            if held and number in held:
+                figures[-1]["keep_held_back"] = held[number]
         previous = arm
     return figures
 

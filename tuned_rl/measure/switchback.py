@@ -476,6 +476,7 @@ class Look:
     own_broad: Fit | None = None
     unit: str = "block"  # what the deciding statistic was read over: each block, or each run of blocks
     run_blocks: int = 1
+    held: str | None = None  # measuring on at a look where a keep could be asked: what held it (keep_held_back)
 
     @property
     def ratio(self) -> float:
@@ -805,7 +806,13 @@ def _undecided(e: Evidence) -> Look:
     return Look(None, "measure more", f"{e.tail_name} {_times(fit.effect)} so far", e.tail_name, fit.effect,
                 fit.bound(e.settings.harm_confidence), fit.p_value, e.trend, fit.drift, e.keep_tail, e.keep_broad,
                 e.pooled, e.tail_us, e.settings.harm_confidence, noisy_blocks=e.noisy_blocks, blocks=e.blocks,
-                own_tail=e.tail, own_broad=e.broad)
+                own_tail=e.tail, own_broad=e.broad, held=_held(e))
+
+
+def _held(e: Evidence) -> str | None:
+    """What held a keep back at a look where one could be asked; None between looks and before the first keep look."""
+    held = keep_held_back(e)
+    return None if held == "no keep look" else held
 
 
 def _blocks(windows: list[Window]) -> list[Window]:
