@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -265,7 +266,7 @@ def main_runs(run, row=Outcome.row, verify: bool = False) -> None:
         add_verify_option(parser)
     args = parser.parse_args()
     print(HEADER, flush=True)
-    decisions, seconds, measured = [], [], []
+    decisions, seconds, measured, held = [], [], [], collections.Counter()
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
             result = run(Path(state), args.verify) if verify else run(Path(state))
@@ -274,8 +275,20 @@ def main_runs(run, row=Outcome.row, verify: bool = False) -> None:
         measured.append(result.measured_seconds or 0.0)
         print(row(result), flush=True)
         print(f"  {result.report['steps'][-1]['reason']}", flush=True)
+        looks = held_back(result.report["steps"][-1])
+        if looks:
+            print("  held back at the looks after blocks: " + ", ".join(f"{b} {why}" for b, why in looks), flush=True)
+        held.update(why for _, why in looks)
     print(", ".join(f"{d} {decisions.count(d)}" for d in sorted(set(decisions))) + f" of {args.runs}; median "
           f"{statistics.median(seconds):.1f} s an apply, {statistics.median(measured):.1f} s of it measuring")
+    if held:
+        print("what held keeps back, over the runs' looks: " + ", ".join(f"{why} {n}" for why, n in held.most_common()))
+
+
+def held_back(step: dict) -> list[tuple[int, str]]:
+    """The looks of a verified step at which a keep could be made but was held back, and by what
+    (the report's ``keep_held_back``): where its measuring time went."""
+    return [(b["block"], b["keep_held_back"]) for b in step.get("blocks") or [] if "keep_held_back" in b]
 
 
 def measure(target: str, seconds: float, state_dir: Path) -> dict:
