@@ -1,6 +1,6 @@
 """A harmless step is kept: vm.swappiness moves by one, which the canary's run-queue latency ignores.
 
-    sudo .venv/bin/python bench/scenarios/harmless_step.py [--runs 20 [--verify harm=4]]
+    sudo .venv/bin/python bench/scenarios/harmless_step.py [--runs 20 [--verify harm=4] [--canary 250x4]]
 
 With --runs N it repeats the scenario and tallies the decisions (the lab's bar: kept or
 inconclusive in at least 19 of 20).
@@ -39,9 +39,9 @@ def apply_and_roll_back(state_dir: Path, canary: str = "", verify: Sequence[str]
     return report, seconds, SWAPPINESS.read_text().strip() == original
 
 
-def run(state_dir: Path, verify: Sequence[str] = ()) -> Outcome:
-    return outcome_of("harmless step", *apply_and_roll_back(state_dir, verify=verify))
+def run(state_dir: Path, verify: Sequence[str] = (), canary: str = "") -> Outcome:
+    return outcome_of("harmless step", *apply_and_roll_back(state_dir, canary, verify))
 
 
 if __name__ == "__main__":
-    main_runs(run, verify=True) if "--runs" in sys.argv else main_once(run)
+    main_runs(run, verify=True, canary=True) if "--runs" in sys.argv else main_once(run)

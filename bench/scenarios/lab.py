@@ -256,20 +256,25 @@ def main_once(run, row=Outcome.row) -> None:
     print(json.dumps(result.report, indent=1))
 
 
-def main_runs(run, row=Outcome.row, verify: bool = False) -> None:
+def main_runs(run, row=Outcome.row, verify: bool = False, canary: bool = False) -> None:
     """``--runs N``: run a scenario N times and tally its decisions (``verify``: the scenario's ``run``
-    takes the ``--verify KEY=NUMBER`` settings for its profile's [verify] table too)."""
+    takes the ``--verify KEY=NUMBER`` settings for its profile's [verify] table too; ``canary``: and
+    ``canary=``, the [target] keys of ``--canary PERIODxTHREADS``)."""
     import argparse
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     if verify:
         add_verify_option(parser)
+    if canary:
+        parser.add_argument("--canary", type=canary_shape, default="", metavar="PERIODxTHREADS",
+                            help="the canary's wake period (us) and threads, e.g. 250x4 (default: the canary's defaults)")
     args = parser.parse_args()
     print(HEADER, flush=True)
     decisions, seconds, measured, held = [], [], [], collections.Counter()
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as state:
-            result = run(Path(state), args.verify) if verify else run(Path(state))
+            extra = {"canary": args.canary} if canary else {}
+            result = run(Path(state), args.verify, **extra) if verify else run(Path(state), **extra)
         decisions.append(result.decision)
         seconds.append(result.seconds)
         measured.append(result.measured_seconds or 0.0)
