@@ -58,9 +58,9 @@ def main() -> None:
         return decision
 
     judge_sim.look = logged_look
-    rng, seconds = np.random.default_rng(args.seed), []
-    for _ in range(args.trials):
-        source = judge_sim.synthetic_source(case, rng, judge_sim.VERIFY.window_seconds)
+    seconds = []
+    for trial in range(args.trials):  # each trial its own draws, as judge_sim.py's rows: the same trials
+        source = judge_sim.synthetic_source(case, judge_sim.trial_rng(args.seed, trial), judge_sim.VERIFY.window_seconds)
         _, measured, _, _ = judge_sim.switchback_step(source, judge_sim.SWITCHBACK, None, NO_PRIOR, case.switching)
         seconds.append(measured)
     print(f"{case.label}: {args.trials} trials, seed {args.seed}, median {np.median(seconds):.1f} s of measuring")
