@@ -331,6 +331,9 @@ def test_a_keep_waits_while_the_runs_show_a_sign_of_harm_the_blocks_do_not():
     assert keep_held_back(runs_worse) == "run sign" and harmless(runs_worse) is None
     at_the_blocks_level = dataclasses.replace(runs_worse, settings=dataclasses.replace(SETTINGS, run_sign_p=0.05))
     assert keep_held_back(at_the_blocks_level) is None  # what the gate was before 2026-12-07: kept
+    floor = dataclasses.replace(runs_worse, settings=dataclasses.replace(SETTINGS, run_sign_df=7))
+    assert keep_held_back(floor) is None  # the runs' fit has 6 degrees of freedom, under the (explored) floor
+    assert SETTINGS.run_sign_df <= runs_worse.run_tail.df  # at the default the sign counts from the first
     from tuned_rl.measure.settings import VerifySettings
     profile = VerifySettings.from_table({"run_sign_p": 0.05}).switchback_settings()
     assert profile.run_sign_p == 0.05 and VerifySettings().switchback_settings().run_sign_p == SETTINGS.run_sign_p

@@ -180,6 +180,7 @@ class SwitchbackSettings:
     prior_until_own_df: int = 6  # and borrows it only while it has at most this many of its own
     sign_p: float = 0.05  # a tail worse beyond the tolerance at this p (the step's own fit) is not kept as harmless
     run_sign_p: float = RUN_SIGN_P  # the same over runs
+    run_sign_df: int = 1  # the runs' sign counts from this much freedom of the runs' fit (sim only, explored)
     randomization_p: float = 0.05  # at the last look a regression must also pass the sign-flip test at this
     look_growth: float = 1.25  # after block look_every_to, a look each time the blocks grow by this factor
     look_every_to: int = 8  # a look after every block up to this one
@@ -788,7 +789,7 @@ def _run_sign(e: Evidence) -> float | None:
     Student's t at the fit's own freedom, from one degree), else None: a keep waits for it to go, or to
     become a revert. The runs' fit has half the blocks' freedom, and a keep comes at the first looks."""
     fit = e.run_tail
-    if fit is None:
+    if fit is None or fit.df < e.settings.run_sign_df:
         return None
     p_value = fit.p_beyond(e.tolerance)
     return p_value if p_value <= e.settings.run_sign_p else None
