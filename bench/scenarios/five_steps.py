@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from lab import apply_profile, held_back, rollback, add_verify_option, verify_table  # noqa: E402
+from lab import apply_profile, held_back, held_back_line, rollback, add_verify_option, verify_table  # noqa: E402
 
 SYSCTLS = ["vm/swappiness", "vm/dirty_ratio", "vm/dirty_background_ratio", "vm/vfs_cache_pressure",
            "kernel/sched_rr_timeslice_ms"]
@@ -54,7 +54,7 @@ def main() -> None:
                 print(f"  {step['reason']}")
             looks = held_back(step)
             if looks:
-                print("  held back at the looks after blocks: " + ", ".join(f"{b} {why}" for b, why in looks))
+                print(f"  {held_back_line(looks)}")
         print(f"five steps in {seconds:.1f} s; host restored: {restored}", flush=True)
     if args.runs > 1:
         print(f"{args.runs} runs: median {statistics.median(totals):.1f} s ({', '.join(f'{t:.1f}' for t in totals)})")

@@ -282,7 +282,7 @@ def main_runs(run, row=Outcome.row, verify: bool = False, canary: bool = False) 
         print(f"  {result.report['steps'][-1]['reason']}", flush=True)
         looks = held_back(result.report["steps"][-1])
         if looks:
-            print("  held back at the looks after blocks: " + ", ".join(f"{b} {why}" for b, why in looks), flush=True)
+            print(f"  {held_back_line(looks)}", flush=True)
         held.update(why for _, why in looks)
     print(", ".join(f"{d} {decisions.count(d)}" for d in sorted(set(decisions))) + f" of {args.runs}; median "
           f"{statistics.median(seconds):.1f} s an apply, {statistics.median(measured):.1f} s of it measuring")
@@ -294,6 +294,11 @@ def held_back(step: dict) -> list[tuple[int, str]]:
     """The looks of a verified step at which a keep could be made but was held back, and by what
     (the report's ``keep_held_back``): where its measuring time went."""
     return [(b["block"], b["keep_held_back"]) for b in step.get("blocks") or [] if "keep_held_back" in b]
+
+
+def held_back_line(looks: list[tuple[int, str]]) -> str:
+    """``held_back``'s looks in one line: "held back at the looks after blocks: 6 tail, 7 broad"."""
+    return "held back at the looks after blocks: " + ", ".join(f"{block} {why}" for block, why in looks)
 
 
 def measure(target: str, seconds: float, state_dir: Path) -> dict:
