@@ -27,20 +27,23 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or BpfProbe.obstacles(Host(), 
 PINNED = CanarySpec(period_us=1000, cpus="0")
 
 
-def test_hogs_on_the_canarys_cpu_raise_its_slowest_1_percent_at_least_3x_and_its_p999_past_half_a_ms():
+def test_hogs_on_the_canarys_cpu_add_half_a_ms_to_its_slowest_1_percent_and_put_its_p999_past_half_a_ms():
     # Quiet and loaded windows alternate (the hogs are stopped and continued), and each arm is
     # the median of its windows' figure: a moment in which the VM's host takes the CPU raises one
     # window, not the verdict (one quiet-then-loaded pair once read a quiet p999 of 1.46 ms).
     # On a busy shared machine half the quiet windows can read a p999 near 1 ms (a fresh clone's
     # CI run: quiet 958 us, loaded 2,802 us), while the hogs put ~1% of the waits behind a slice
     # (0.5-1.2% of a window's over 200 us here): the mean of each window's slowest 1% carries the
-    # 3x claim (16-36 us quiet, 920-960 us loaded in four runs). Not the p99: it falls on one side
+    # claim (16-36 us quiet, 920-960 us loaded in four runs). Not the p99: it falls on one side
     # of that share or the other, 15.6 or 933.9 us from one window to the next, and one run's
     # median of six loaded windows read 21.5 us against a quiet 9.75. The p999 under the hogs is a
     # wait behind a hog's slice, at least half a millisecond (0.97-3.87 ms in three runs here), but
     # it is not compared with the quiet p999: on a busy VM host an idle vCPU wakes late, one that
     # is kept busy does not, and a fresh clone's CI read a quiet p999 of 1,278 us against a loaded
-    # 1,057 (slowest 1% 323 against 1,002 us: the 3x claim held).
+    # 1,057 (slowest 1% 323 against 1,002 us). What the hogs add to the slowest 1% is a slice, ~0.6-0.9
+    # ms, and that is the claim, not a ratio to the quiet arm: a later fresh clone's CI read the quiet
+    # slowest 1% at 323 us again, the loaded at 957 (x2.97, +634 us), and a 3x claim failed on the
+    # quiet arm's host noise, not on what the probe saw of the hogs.
     host = Host()
     arms = {"quiet": [], "loaded": []}
     with Hogs(3, "0") as hogs, Canary(PINNED, host) as canary:
@@ -62,7 +65,7 @@ def test_hogs_on_the_canarys_cpu_raise_its_slowest_1_percent_at_least_3x_and_its
     counts = {arm: sum(len(w) for w in windows) for arm, windows in arms.items()}
     print("slowest 1% (ns)", slowest, "p999 (us)", p999, counts)
     assert counts["quiet"] > 3000 and counts["loaded"] > 1000 and lost == 0
-    assert slowest["loaded"] >= 3 * slowest["quiet"]
+    assert slowest["loaded"] - slowest["quiet"] >= 500_000  # ns
     assert p999["loaded"] >= 500
 
 
