@@ -6,6 +6,7 @@ import dataclasses
 import math
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from tuned_rl.measure.switchback import (NO_PRIOR, Fit, NoisePrior, SwitchbackSe
                                          why_not_reverted)
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
-from judge_sim import Effect, SyntheticSource, heavy_tail, run_case  # noqa: E402  the bench's noise models
+from judge_sim import Effect, SyntheticSource, heavy_tail, run_case, warm_up_prior  # noqa: E402  the bench's noise models
 
 SETTINGS = SwitchbackSettings()
 
@@ -290,6 +291,24 @@ def test_a_second_step_with_the_noise_the_first_learned_is_kept_sooner():
         first_used.append(used)
         later_used.append(used_later)
     assert np.median(later_used) < np.median(first_used), (first_used, later_used)
+
+
+def test_the_sims_warm_up_learns_the_noise_a_kept_step_would_have_learned_on_the_same_host():
+    # bench/judge_sim.py --warm-up-blocks: blocks without the step, their noise the first step's prior.
+    # On one host (each block's scale jittered the same way) it reads what a kept step's own fit reads.
+    def jittered(seed: int) -> Callable[[Window], Window]:
+        rng = np.random.default_rng(seed)
+        return lambda w: dataclasses.replace(w, values=(w.values * rng.lognormal(0, 0.4)).astype(np.int64))
+    ratios = []
+    for seed in range(12):
+        warm = [dataclasses.replace(w, with_step=False) for w in blocks_of(1.0, 11, seed=seed, before=jittered(seed))]
+        prior = warm_up_prior(warm, SETTINGS)
+        assert prior.tail[1] == 10 and prior.broad[1] == 10  # 12 blocks less a mean and a linear trend
+        step, _ = decide(lambda b, s=seed: blocks_of(1.0, b, seed=s + 50, before=jittered(s + 50)))
+        ratios.append(prior.tail[0] / NO_PRIOR.learned(step, SETTINGS.prior_df_cap).tail[0])
+    assert 0.5 < np.median(ratios) < 2, ratios
+    quiet = warm_up_prior([dataclasses.replace(w, with_step=False) for w in blocks_of(1.0, 11, seed=1)], SETTINGS)
+    assert quiet.tail[0] < prior.tail[0]  # no jitter: a quieter host, a smaller variance
 
 
 def test_an_inconclusive_verdict_says_what_it_could_not_rule_out_and_what_to_do():
