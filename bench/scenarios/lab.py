@@ -260,15 +260,7 @@ def main_runs(run, row=Outcome.row, verify: bool = False, canary: bool = False) 
     """``--runs N``: run a scenario N times and tally its decisions (``verify``: the scenario's ``run``
     takes the ``--verify KEY=NUMBER`` settings for its profile's [verify] table too; ``canary``: and
     ``canary=``, the [target] keys of ``--canary PERIODxTHREADS``)."""
-    import argparse
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=20)
-    if verify:
-        add_verify_option(parser)
-    if canary:
-        parser.add_argument("--canary", type=canary_shape, default="", metavar="PERIODxTHREADS",
-                            help="the canary's wake period (us) and threads, e.g. 250x4 (default: the canary's defaults)")
-    args = parser.parse_args()
+    args = runs_arguments(None, verify, canary)
     print(HEADER, flush=True)
     decisions, seconds, measured, held = [], [], [], collections.Counter()
     for _ in range(args.runs):
@@ -288,6 +280,24 @@ def main_runs(run, row=Outcome.row, verify: bool = False, canary: bool = False) 
           f"{statistics.median(seconds):.1f} s an apply, {statistics.median(measured):.1f} s of it measuring")
     if held:
         print("what held keeps back, over the runs' looks: " + ", ".join(f"{why} {n}" for why, n in held.most_common()))
+
+
+def runs_arguments(argv: list[str] | None, verify: bool = False, canary: bool = False):
+    """``main_runs``' options: ``--runs N``, and (``verify``) ``--verify KEY=NUMBER ...``, (``canary``)
+    ``--canary PERIODxTHREADS``, whose absence is "" (no [target] keys: the canary's defaults)."""
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=20)
+    if verify:
+        add_verify_option(parser)
+    if canary:
+        # No string default: argparse would pass it through canary_shape, which refuses "".
+        parser.add_argument("--canary", type=canary_shape, default=None, metavar="PERIODxTHREADS",
+                            help="the canary's wake period (us) and threads, e.g. 250x4 (default: the canary's defaults)")
+    args = parser.parse_args(argv)
+    if canary and args.canary is None:
+        args.canary = ""
+    return args
 
 
 def held_back(step: dict) -> list[tuple[int, str]]:
