@@ -281,7 +281,8 @@ def switchback_step(source, settings: SwitchbackSettings, baseline: list[Window]
 
 # (explore) An apply's first step, with no earlier step's noise to borrow, measures this many blocks
 # without the step before it switches, and its harm bound borrows their noise (warm_up_prior). Tried
-# 2026-12-07 and not taken: the keeps came no sooner, so every first step paid the blocks (docs/judge.md).
+# 2026-12-07 and not taken: the keeps came sooner by less than the blocks cost, and a step adding a
+# rare stall borrowed a quieter variance than its own and was kept more often (docs/judge.md).
 WARM_UP_BLOCKS = 0
 
 
