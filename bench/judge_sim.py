@@ -44,12 +44,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, JudgeSettings, judge, window_tail
+from tuned_rl.measure.judge import INCONCLUSIVE, REGRESSION, JudgeSettings, judge
 from tuned_rl.measure.settings import DEFAULT_VERIFY
 from tuned_rl.measure.stats import quantile
-from tuned_rl.measure.switchback import (BROAD_SHARE, FLOOR_NS, NO_PRIOR, TAIL_AT_LEAST, NoisePrior,
-                                         SwitchbackSettings, Window, arm_order, degree_at, look, run_blocks_for,
-                                         tail_share_of)
+from tuned_rl.measure.switchback import (NO_PRIOR, NoisePrior, SwitchbackSettings, Window, arm_order,
+                                         block_statistics, degree_at, look, pooled_blocks, run_blocks_for)
 
 FIXED_WINDOWS = 15
 EVENTS_PER_WINDOW = 1000  # the old default canary's rate, for tests/test_judge.py
@@ -290,19 +289,16 @@ def warm_up_prior(windows: list[Window], settings: SwitchbackSettings) -> NoiseP
     """The block-to-block noise of blocks measured without any step (``Window.block`` tells them
     apart): each statistic's residual variance around a mean (and the trend the judge fits to that
     many blocks), on its degrees of freedom, as an earlier step's fit would leave it."""
-    blocks = sorted({w.block for w in windows})
-    if len(blocks) < 2:
+    units = pooled_blocks(windows)
+    if len(units) < 2:
         return NO_PRIOR
-    units = [np.concatenate([w.values for w in windows if w.block == b]) for b in blocks]
-    times = np.array([np.mean([w.time for w in windows if w.block == b]) for b in blocks])
+    times = np.array([u.time for u in units])
     scaled = (times - times.min()) / max(np.ptp(times), 1e-9) * 2 - 1
     x = np.column_stack([scaled ** d for d in range(min(degree_at(len(units)), len(units) - 2) + 1)])
-    share = tail_share_of(settings.metric)
+    df = len(units) - x.shape[1]
     learned = []
-    for y in ([window_tail(u, share, TAIL_AT_LEAST, FLOOR_NS) for u in units],
-              [window_tail(u, max(BROAD_SHARE, share), floor_ns=settings.broad_floor_ns) for u in units]):
-        residuals = np.array(y) - x @ np.linalg.lstsq(x, np.array(y), rcond=None)[0]
-        df = len(units) - x.shape[1]
+    for y in block_statistics(units, settings):
+        residuals = y - x @ np.linalg.lstsq(x, y, rcond=None)[0]
         learned.append((float(residuals @ residuals) / df, min(df, settings.prior_df_cap)))
     return NoisePrior(*learned)
 

@@ -524,7 +524,7 @@ def look(windows: list[Window], blocks: int, settings: SwitchbackSettings = Swit
 
 def gather(windows: list[Window], blocks: int, settings: SwitchbackSettings, prior: NoisePrior = NO_PRIOR) -> Evidence:
     """Fit both statistics (and the event count) on arm plus trend, blocks as the units, and pool the arms."""
-    units = _blocks(windows)
+    units = pooled_blocks(windows)
     counts = np.array([len(u.values) for u in units], dtype=float)
     arms = np.array([u.with_step for u in units], dtype=float)
     times = np.array([u.time for u in units])
@@ -533,11 +533,8 @@ def gather(windows: list[Window], blocks: int, settings: SwitchbackSettings, pri
     share = tail_share_of(settings.metric)
     empty = (counts == 0).any()
     fit = lambda y: None if empty else _fit(y, arms, times, degree, changed)  # noqa: E731
-    tail_y = np.array([window_tail(u.values, share, TAIL_AT_LEAST, FLOOR_NS) for u in units])
-    tail = fit(tail_y)
-    broad_y = np.array([window_tail(u.values, max(BROAD_SHARE, share), floor_ns=settings.broad_floor_ns)
-                        for u in units])
-    broad = fit(broad_y)
+    tail_y, broad_y = block_statistics(units, settings)
+    tail, broad = fit(tail_y), fit(broad_y)
     with_step = [w.values for w in windows if w.with_step]
     without = [w.values for w in windows if not w.with_step]
     run, single = settings.run_blocks, settings.single_blocks
@@ -816,7 +813,17 @@ def _held(e: Evidence) -> str | None:
     return None if held == "no keep look" else held
 
 
-def _blocks(windows: list[Window]) -> list[Window]:
+def block_statistics(units: list[Window], settings: SwitchbackSettings) -> tuple[np.ndarray, np.ndarray]:
+    """Each unit's two statistics, in log: the metric's tail (the slowest 0.1% for p999, at least
+    TAIL_AT_LEAST waits) and the broad tail (the slowest 5%, a wait under ``broad_floor_ns`` counted
+    as that long)."""
+    share = tail_share_of(settings.metric)
+    return (np.array([window_tail(u.values, share, TAIL_AT_LEAST, FLOOR_NS) for u in units]),
+            np.array([window_tail(u.values, max(BROAD_SHARE, share), floor_ns=settings.broad_floor_ns)
+                      for u in units]))
+
+
+def pooled_blocks(windows: list[Window]) -> list[Window]:
     """Each block's windows pooled into one (events together, the mean time): the unit of evidence."""
     order = list(dict.fromkeys(w.block for w in windows))
     pooled = []
