@@ -391,11 +391,14 @@ def test_an_inconclusive_verdict_names_the_slowest_5_percent_when_that_is_what_k
             middle = (w.values >= cut) & (w.values < np.quantile(w.values, 0.995))
             w.values[middle] = (w.values[middle] * 2.5).astype(w.values.dtype)
         return w
+    # (seed 1: a host on which the slowest 5% is neither bounded under x2 nor beyond the tolerance at
+    # its spent level by the last look; on others the broad rule reverts, or the tail is bounded
+    # within the tolerance, which keeps whatever the slowest 5% does)
     settings = dataclasses.replace(SETTINGS, max_blocks=12)
-    verdict, _ = decide(lambda b: blocks_of(1.0, b, seed=4, before=broad_worse), settings)
+    verdict, _ = decide(lambda b: blocks_of(1.0, b, seed=1, before=broad_worse), settings)
     assert verdict.outcome == INCONCLUSIVE, verdict.reason
     assert "the slowest 5% is x" in verdict.reason and "cannot be ruled out" in verdict.reason, verdict.reason
-    assert keep_held_back(gather(blocks_of(1.0, 12, seed=4, before=broad_worse), 12, settings)) == "broad"
+    assert keep_held_back(gather(blocks_of(1.0, 12, seed=1, before=broad_worse), 12, settings)) == "broad"
 
 
 def test_what_held_a_keep_back_is_named_exactly_when_harmless_does_not_keep():
@@ -409,7 +412,7 @@ def test_what_held_a_keep_back_is_named_exactly_when_harmless_does_not_keep():
                 held = keep_held_back(e)
                 assert (harmless(e) is None) == (held is not None), (scale, seed, blocks, held)
                 seen.add(held)
-    assert {None, "no keep look", "tail"} <= seen, seen
+    assert {None, "no keep look"} <= seen and seen & {"tail", "broad", "tail+broad"}, seen
 
 
 def _idle_or_shared(seed: int):
@@ -496,3 +499,32 @@ def test_a_harmless_step_with_a_switching_cost_is_kept_sooner_and_rare_stalls_th
     regression, _, _ = run_case(
         "switchback", lambda trial: SyntheticSource(rng, 8000, "none", Effect(spins=(5, 0.5)), 0.5), 100, 1, 2.0)
     assert regression >= 0.98, regression
+
+
+def _first_crossing(levels: dict[int, float], paths: int = 1_000_000) -> float:
+    """How often a z-score whose information grows as the blocks measured first crosses the looks' levels."""
+    from statistics import NormalDist
+    looks = sorted(k for k, level in levels.items() if level > 0)
+    fractions = np.array(looks, dtype=float) / looks[-1]
+    z = np.array([NormalDist().inv_cdf(1 - levels[k]) for k in looks])
+    steps = np.random.default_rng(2).normal(0, 1, (paths, len(looks))) * np.sqrt(np.diff(fractions, prepend=0))
+    return float((np.cumsum(steps, axis=1) / np.sqrt(fractions) >= z).any(axis=1).mean())
+
+
+def test_each_regression_rule_errs_at_its_share_of_alpha_and_a_keep_at_most_at_its_share_of_beta():
+    # On a score whose information grows as the blocks do, as the fit's (1 / leverage within 10% of
+    # blocks from block 8). The regression rules exactly: each rule's boundaries are its own share's
+    # and know the looks' spacing (before 2026-12-07 they were alpha's over evenly spaced looks,
+    # scaled by the share: the tail's rule erred 0.179% for its 0.12%). The keep at most.
+    s = dataclasses.replace(SETTINGS, run_blocks=2)
+    blocks = range(1, s.max_blocks + 1)
+    for rule, share in s.regression_shares.items():
+        crossed = _first_crossing({k: s.regression_level(k, rule) for k in blocks})
+        assert crossed == pytest.approx(share * s.alpha, rel=0.1), rule
+    keep_share = s.beta * 0.8  # the rest of beta is the large improvement's
+    kept = _first_crossing({k: s.keep_level(k, 0) for k in blocks})
+    assert 0.9 * keep_share < kept <= keep_share
+    exact = _first_crossing({k: dataclasses.replace(s, keep_clock="information").keep_level(k, 0) for k in blocks})
+    assert exact == pytest.approx(keep_share, rel=0.03) and exact > kept
+    with pytest.raises(ValueError):
+        dataclasses.replace(s, keep_clock="hourly").keep_level(8, 0)

@@ -29,8 +29,10 @@ The looks
 ---------
 The evidence is looked at after each of the first 8 blocks, then each time the blocks grow by a
 quarter (10, 12, 16, 20, 24, 31, 38, 48, 60 at the default 60), and the first rule below that
-decides ends the measurement. Each look spends a share of each side's error (spending.py: the
-boundaries on the joint distribution of the looks, Lan-DeMets shares alpha * t^shape).
+decides ends the measurement. Each look spends a share of each side's error (spending.py:
+Lan-DeMets shares, a regression rule's share of alpha * (j/J)^3 by the look's place j of J, its
+boundaries on the joint distribution of the looks' data, the blocks each has measured, at the
+rule's own total; a keep's beta * (j/J)^0.3 on looks taken as evenly spaced, conservative here).
 
 The error accounting
 --------------------
@@ -173,7 +175,7 @@ class SwitchbackSettings:
     min_samples: int = 2000  # events per arm, below which nothing is decided
     min_df: int = 4  # residual freedom a regression needs of its own data; a keep, with the noise prior's
     alpha_shape: float = 3.0  # spending: alpha * (j/J)^shape spent by look j of J (3: saved for the late looks)
-    beta_shape: float = 0.3  # the keep side spends early: most harmless steps end at the first looks
+    beta_shape: float = 0.3  # the keep spends early (half of beta by a tenth of the blocks), where harmless steps end
     large_improvement: float = math.log(2)
     prior_df_cap: int = 24  # a noise prior from earlier steps counts as at most this many degrees of freedom
     prior_own_df: int = 3  # with a prior, a keep still needs this many of the step's own
@@ -181,6 +183,10 @@ class SwitchbackSettings:
     sign_p: float = 0.05  # a tail worse beyond the tolerance at this p (the step's own fit) is not kept as harmless
     run_sign_p: float = RUN_SIGN_P  # the same over runs
     run_sign_df: int = 1  # the runs' sign counts from this much freedom of the runs' fit (sim only, explored)
+    # The keep's boundaries: "evenly", as if its looks were evenly spaced in data (conservative over this
+    # schedule: a step at the harm kept 3.9% of the time for a stated 4%); "information" and "look",
+    # exact, beta's shares by the looks' blocks or by their places (sim only, explored: docs/judge.md)
+    keep_clock: str = "evenly"
     randomization_p: float = 0.05  # at the last look a regression must also pass the sign-flip test at this
     look_growth: float = 1.25  # after block look_every_to, a look each time the blocks grow by this factor
     look_every_to: int = 8  # a look after every block up to this one
@@ -228,17 +234,29 @@ class SwitchbackSettings:
                      and run_df_at(k, self.run_blocks, self.single_blocks) >= self.min_df]
         else:
             looks = [k for k in sorted(self._looks) if own_df_at(k) >= self.min_df]
-        return self.regression_shares.get(rule, 0.0) * _spent(self.alpha, blocks, looks, self.alpha_shape)
+        return _spent(self.regression_shares.get(rule, 0.0) * self.alpha, blocks, looks, self.alpha_shape)
 
     def keep_level(self, blocks: int, prior_df: int) -> float:
         """The level the harm bound may spend at the look after ``blocks`` blocks (a prior of
         ``prior_df`` degrees of freedom lets it look sooner)."""
         looks = [k for k in sorted(self._looks) if self.keeps_at(k, prior_df)]
-        return (1 - IMPROVEMENT_SHARE) * _spent(self.beta, blocks, looks, self.beta_shape)
+        return self._keep_spent(1 - IMPROVEMENT_SHARE, blocks, looks)
 
     def improvement_level(self, blocks: int) -> float:
         looks = [k for k in sorted(self._looks) if own_df_at(k) >= 1]
-        return IMPROVEMENT_SHARE * _spent(self.beta, blocks, looks, self.beta_shape)
+        return self._keep_spent(IMPROVEMENT_SHARE, blocks, looks)
+
+    def _keep_spent(self, share: float, blocks: int, looks: list[int]) -> float:
+        """A keep rule's level: its ``share`` of beta. "evenly" (the default) reads levels spent of all
+        of beta over looks taken as evenly spaced in data, then scales them by the share: on this
+        schedule a step at the harm is kept 3.9% of the time for a stated 4% (a Monte Carlo of a score
+        whose information grows as the blocks: tests/test_switchback.py), conservative on both counts.
+        "information" and "look" spend exactly the share, by the looks' blocks or places."""
+        if self.keep_clock == "evenly":
+            return share * _spent(self.beta, blocks, looks, self.beta_shape, evenly=True)
+        if self.keep_clock not in ("information", "look"):
+            raise ValueError(f"keep_clock is \"evenly\", \"information\" or \"look\", not {self.keep_clock!r}")
+        return _spent(share * self.beta, blocks, looks, self.beta_shape, self.keep_clock == "information")
 
     def keeps_at(self, blocks: int, prior_df: int) -> bool:
         """Whether the harm bound is asked at that look: a trend fitted, and enough freedom with the prior's."""
@@ -255,8 +273,16 @@ def _look_schedule(last: int, every_to: int, growth: float) -> frozenset[int]:
     return frozenset(looks | {last})
 
 
-def _spent(total: float, blocks: int, looks: list[int], shape: float) -> float:
-    return nominal_level(total, looks.index(blocks) + 1, len(looks), shape) if blocks in looks else 0.0
+def _spent(total: float, blocks: int, looks: list[int], shape: float, shares_by_information: bool = False,
+           evenly: bool = False) -> float:
+    """The level of the look after ``blocks`` among ``looks``: its share by its place in them (or its
+    blocks), its boundary on the blocks each look has measured (the information a fit's effect rests
+    on grows as the blocks do: 1 / its leverage, at blocks 8-60, is within 10% of blocks / 60), or
+    ``evenly`` as if the looks were evenly spaced in data."""
+    if blocks not in looks:
+        return 0.0
+    information = None if evenly else tuple(looks)
+    return nominal_level(total, looks.index(blocks) + 1, len(looks), shape, information, shares_by_information)
 
 
 # A quadratic trend from this many units: from 12 (before 2026-12-06) it took a degree of freedom
