@@ -175,7 +175,7 @@ class SwitchbackSettings:
     min_samples: int = 2000  # events per arm, below which nothing is decided
     min_df: int = 4  # residual freedom a regression needs of its own data; a keep, with the noise prior's
     alpha_shape: float = 3.0  # spending: alpha * (j/J)^shape spent by look j of J (3: saved for the late looks)
-    beta_shape: float = 0.3  # the keep spends early (half of beta by a tenth of the blocks), where harmless steps end
+    beta_shape: float = 0.3  # the keep side spends early: most harmless steps end at the first looks
     large_improvement: float = math.log(2)
     prior_df_cap: int = 24  # a noise prior from earlier steps counts as at most this many degrees of freedom
     prior_own_df: int = 3  # with a prior, a keep still needs this many of the step's own
