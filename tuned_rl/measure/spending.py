@@ -15,7 +15,7 @@ data: the share spent by look j of J is read on the look's place in the schedule
 shape means the same over any schedule), or on its information fraction where asked
 (``shares_by_information``), and the joint distribution on the looks' information,
 I_j / I_J (a verdict's looks are not evenly spaced in data: after blocks 6, 7, 8 ... 48, 60, its
-statistic at block 7 shares 93% of its variance with block 6's, at block 60 80% with block 48's).
+statistic at block 7 correlates 0.93 with block 6's, at block 60 0.89 with block 48's).
 Spending by a clock other than information is allowed as long as that clock is fixed in advance
 (Lan & DeMets 1989, *Group sequential procedures: calendar versus information time*, Statistics in
 Medicine 8); the covariance must be the information's. Over all looks a false call is then made
