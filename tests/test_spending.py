@@ -7,6 +7,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
+from monte_carlo import first_crossing
 from tuned_rl.measure.spending import nominal_level
 
 
@@ -33,13 +34,8 @@ def test_the_looks_are_less_strict_than_bonferroni_and_the_schedule_shapes_them(
 JUDGES_LOOKS = (6, 7, 8, 10, 12, 16, 20, 24, 31, 38, 48, 60)  # the keep's looks: blocks measured by each
 
 
-def _crossed(levels: list[float], information: tuple[int, ...], paths: int = 200_000) -> float:
-    """How often a score whose variance grows as ``information`` first crosses the looks' levels."""
-    z = np.array([NormalDist().inv_cdf(1 - level) for level in levels])
-    fractions = np.array(information, dtype=float) / information[-1]
-    rng = np.random.default_rng(1)
-    scores = np.cumsum(rng.normal(0, 1, (paths, len(fractions))) * np.sqrt(np.diff(fractions, prepend=0)), axis=1)
-    return float((scores / np.sqrt(fractions) >= z).any(axis=1).mean())
+def _crossed(levels: list[float], information: tuple[int, ...]) -> float:
+    return first_crossing(levels, information, paths=200_000, seed=1)
 
 
 @pytest.mark.parametrize("shape, total, by_information", [(3.0, 0.0048, False), (0.3, 0.04, False), (0.3, 0.04, True)])

@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from monte_carlo import first_crossing  # noqa: E402
 from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION
 from tuned_rl.measure.switchback import (NO_PRIOR, Fit, NoisePrior, SwitchbackSettings, Window, arm_order, gather,
                                          harmless, keep_held_back, look, randomization_p, run_blocks_for,
@@ -501,14 +502,10 @@ def test_a_harmless_step_with_a_switching_cost_is_kept_sooner_and_rare_stalls_th
     assert regression >= 0.98, regression
 
 
-def _first_crossing(levels: dict[int, float], paths: int = 1_000_000) -> float:
+def _first_crossing(levels: dict[int, float]) -> float:
     """How often a z-score whose information grows as the blocks measured first crosses the looks' levels."""
-    from statistics import NormalDist
     looks = sorted(k for k, level in levels.items() if level > 0)
-    fractions = np.array(looks, dtype=float) / looks[-1]
-    z = np.array([NormalDist().inv_cdf(1 - levels[k]) for k in looks])
-    steps = np.random.default_rng(2).normal(0, 1, (paths, len(looks))) * np.sqrt(np.diff(fractions, prepend=0))
-    return float((np.cumsum(steps, axis=1) / np.sqrt(fractions) >= z).any(axis=1).mean())
+    return first_crossing([levels[k] for k in looks], tuple(looks), paths=1_000_000, seed=2)
 
 
 def test_each_regression_rule_errs_at_its_share_of_alpha_and_a_keep_at_most_at_its_share_of_beta():
