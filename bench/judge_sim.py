@@ -503,9 +503,13 @@ def main() -> None:
         kind = type(getattr(SWITCHBACK, name))
         SWITCHBACK = dataclasses.replace(SWITCHBACK, **{name: kind(value)})
     recordings = [p for p in args.recorded if load_recorded(p) is not None]
+    if not args.recorded:
+        print("(--recorded named no recording: no recording's rows are run)")
     for path in sorted(set(args.recorded) - set(recordings)):
         print(f"({path} not found: record it with bench/record_windows.py)")
     rows = [c for c in cases(args.rate, recordings, args.stall_rate) if not args.only or any(text in c.label for text in args.only)]
+    if not rows:
+        parser.error(f"no row's label holds any of {args.only}: the rows are cases() in {__file__}")
     jobs = [(case, design, args.trials, args.seed, args.window_seconds) for design in args.design for case in rows]
     print(f"{args.trials} trials per case; windows of {args.window_seconds:g} s; \"p999\": the step's effect on the "
           "pooled p999, without noise")
