@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from monte_carlo import first_crossing  # noqa: E402
+from monte_carlo import first_crossing
 from tuned_rl.measure.judge import INCONCLUSIVE, NO_REGRESSION, REGRESSION
 from tuned_rl.measure.switchback import (NO_PRIOR, Fit, NoisePrior, SwitchbackSettings, Window, arm_order, gather,
                                          harmless, keep_held_back, look, randomization_p, run_blocks_for,

@@ -252,11 +252,11 @@ class SwitchbackSettings:
         schedule a step at the harm is kept 3.9% of the time for a stated 4% (a Monte Carlo of a score
         whose information grows as the blocks: tests/test_switchback.py), conservative on both counts.
         "information" and "look" spend exactly the share, by the looks' blocks or places."""
-        if self.keep_clock == "evenly":
-            return share * _spent(self.beta, blocks, looks, self.beta_shape, evenly=True)
-        if self.keep_clock not in ("information", "look"):
+        if self.keep_clock not in SPENDING_CLOCKS:
             raise ValueError(f"keep_clock is \"evenly\", \"information\" or \"look\", not {self.keep_clock!r}")
-        return _spent(share * self.beta, blocks, looks, self.beta_shape, self.keep_clock == "information")
+        if self.keep_clock == "evenly":
+            return share * _spent(self.beta, blocks, looks, self.beta_shape, "evenly")
+        return _spent(share * self.beta, blocks, looks, self.beta_shape, self.keep_clock)
 
     def keeps_at(self, blocks: int, prior_df: int) -> bool:
         """Whether the harm bound is asked at that look: a trend fitted, and enough freedom with the prior's."""
@@ -273,16 +273,18 @@ def _look_schedule(last: int, every_to: int, growth: float) -> frozenset[int]:
     return frozenset(looks | {last})
 
 
-def _spent(total: float, blocks: int, looks: list[int], shape: float, shares_by_information: bool = False,
-           evenly: bool = False) -> float:
-    """The level of the look after ``blocks`` among ``looks``: its share by its place in them (or its
-    blocks), its boundary on the blocks each look has measured (the information a fit's effect rests
-    on grows as the blocks do: 1 / its leverage, at blocks 8-60, is within 10% of blocks / 60), or
-    ``evenly`` as if the looks were evenly spaced in data."""
+SPENDING_CLOCKS = ("look", "information", "evenly")
+
+
+def _spent(total: float, blocks: int, looks: list[int], shape: float, clock: str = "look") -> float:
+    """The level of the look after ``blocks`` among ``looks``, its boundary on the blocks each look has
+    measured (the information a fit's effect rests on grows as the blocks do: 1 / its leverage, at
+    blocks 8-60, is within 10% of blocks / 60) and its share by its place in them (``clock`` "look")
+    or by those blocks ("information"); "evenly": both as if the looks were evenly spaced in data."""
     if blocks not in looks:
         return 0.0
-    information = None if evenly else tuple(looks)
-    return nominal_level(total, looks.index(blocks) + 1, len(looks), shape, information, shares_by_information)
+    information = None if clock == "evenly" else tuple(looks)
+    return nominal_level(total, looks.index(blocks) + 1, len(looks), shape, information, clock == "information")
 
 
 # A quadratic trend from this many units: from 12 (before 2026-12-06) it took a degree of freedom
